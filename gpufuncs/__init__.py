@@ -1,0 +1,45 @@
+"""gpufuncs: NumPy-compatible ufuncs and gufuncs from one scalar kernel, on cpu, parallel and cuda.
+
+Write a scalar kernel once (``@gpufuncs.ufunc`` / ``@gpufuncs.gufunc``); call it like a NumPy
+ufunc on host arrays or GPU arrays. Importing this package compiles nothing: each kernel is
+compiled for a target on its first use there.
+"""
+
+from .dispatch import AUTO_PARALLEL_MIN_SIZE, Kernel
+from .registry import float_signatures, get, gufunc, names, registry, ufunc
+from .scalar import as_type
+from .spec import KernelDefinitionError, Tolerance
+from .targets import CudaUnavailableError, TargetUnavailableError, available_targets
+from .targets.cpu import KernelCompileError
+
+__version__ = "0.1.0"
+
+from .kernels import clamp as _clamp_module  # noqa: F401  (registers the built-ins)
+
+gaussian = registry["gaussian"]
+exp = registry["exp"]
+clamp = registry["clamp"]
+hermite_norm = registry["hermite_norm"]
+
+__all__ = [
+    "AUTO_PARALLEL_MIN_SIZE",
+    "CudaUnavailableError",
+    "Kernel",
+    "KernelCompileError",
+    "KernelDefinitionError",
+    "TargetUnavailableError",
+    "Tolerance",
+    "__version__",
+    "as_type",
+    "available_targets",
+    "clamp",
+    "exp",
+    "float_signatures",
+    "gaussian",
+    "get",
+    "gufunc",
+    "hermite_norm",
+    "names",
+    "registry",
+    "ufunc",
+]

@@ -1,0 +1,369 @@
+"""The one call path: every gpufuncs callable is a :class:`Kernel`.
+
+A call is validated completely here (arguments, dtypes and casting, shapes, ``out=``) into a
+:class:`~gpufuncs.targets.Plan` before any target runs, so bad input never half-writes ``out``
+and every target shares NumPy's rules. Targets only execute plans.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .spec import KernelSpec
+from .targets import TARGET_NAMES, CudaUnavailableError, Plan, get_target
+
+#: ``target="auto"`` runs host arrays on ``parallel`` from this many output elements up, on
+#: ``cpu`` below. Measured on the 2-core CI machine with ``benchmarks/bench_cpu.py`` (see
+#: ``benchmarks/results/``): below it the thread start-up of ``parallel`` costs more than it saves.
+AUTO_PARALLEL_MIN_SIZE = 100_000
+
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+_ORDERS = ("K", "A", "C", "F")
+_WEAK_SCALARS = (bool, int, float)
+_HOST_TYPES = (np.ndarray, np.generic, *_WEAK_SCALARS)
+_UNSUPPORTED_KINDS = {"c": "complex", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
+                      "m": "timedelta", "V": "void/structured"}
+
+
+def _is_device_array(obj: Any) -> bool:
+    """True for GPU arrays (``__cuda_array_interface__`` or a CUDA DLPack device)."""
+    if isinstance(obj, _HOST_TYPES):
+        return False
+    if hasattr(obj, "__cuda_array_interface__"):
+        return True
+    dlpack_device = getattr(obj, "__dlpack_device__", None)
+    # 2 = kDLCUDA, 13 = kDLCUDAManaged
+    return dlpack_device is not None and dlpack_device()[0] in (2, 13)
+
+
+def _overrides(objs: Sequence[Any]) -> list[Any]:
+    """Arguments whose type overrides ``__array_ufunc__`` (Dask, xarray, ...), NumPy's order."""
+    found: list[Any] = []
+    for obj in objs:
+        method = getattr(type(obj), "__array_ufunc__", None)
+        if method is None or method is np.ndarray.__array_ufunc__ or _is_device_array(obj):
+            continue
+        if any(type(f) is type(obj) for f in found):
+            continue
+        # Subclasses before superclasses, otherwise left to right (NEP 13).
+        at = next((i for i, f in enumerate(found) if issubclass(type(obj), type(f))), len(found))
+        found.insert(at, obj)
+    return found
+
+
+class Kernel:
+    """A NumPy-compatible ufunc (or gufunc) built from one scalar kernel, on every target.
+
+    Instances are created by :func:`gpufuncs.ufunc` / :func:`gpufuncs.gufunc` and live in the
+    registry. Calling one behaves like calling a :class:`numpy.ufunc`; see the README for the
+    rules. Each target is compiled on first use, exactly once even under concurrent calls.
+    """
+
+    def __init__(self, spec: KernelSpec) -> None:
+        self.spec = spec
+        self.__name__ = self.__qualname__ = spec.name
+        self.__doc__ = spec.doc
+        self.__module__ = getattr(spec.pyfunc, "__module__", __name__)
+        self._compiled: dict[str, Any] = {}
+        self._compile_lock = threading.Lock()
+        self._output_dims = spec.layout.output_only_dims if spec.layout else ()
+
+    # -- what code written for np.ufunc reads ---------------------------------------------
+    @property
+    def nin(self) -> int:
+        return self.spec.nin
+
+    @property
+    def nout(self) -> int:
+        return self.spec.nout
+
+    @property
+    def nargs(self) -> int:
+        return self.nin + self.nout
+
+    @property
+    def ntypes(self) -> int:
+        return len(self.spec.loops)
+
+    @property
+    def types(self) -> list[str]:
+        """NumPy's loop strings, e.g. ``['fff->f', 'ddd->d']``."""
+        return [lp.char * self.nin + "->" + lp.char * self.nout for lp in self.spec.loops]
+
+    @property
+    def signature(self) -> str | None:
+        """The gufunc layout (``'()->(n)'``), or ``None`` for an elementwise kernel."""
+        return self.spec.layout.text if self.spec.layout else None
+
+    @property
+    def identity(self) -> float | None:
+        return self.spec.identity
+
+    def __repr__(self) -> str:
+        kind = "gufunc" if self.spec.layout else "ufunc"
+        sigs = ", ".join(self.types)
+        layout = f" {self.signature!r}" if self.signature else ""
+        return (f"<gpufuncs {kind} {self.__name__!r}{layout} [{sigs}] "
+                f"compiled for: {', '.join(self._compiled) or 'none yet'}>")
+
+    def __reduce__(self):
+        # Pickles by name (Dask ships callables to workers): the registry is rebuilt on import.
+        from .registry import get_kernel
+
+        return get_kernel, (self.__name__,)
+
+    # -- compilation ------------------------------------------------------------------------
+    def compiled(self, target: str) -> Any:
+        """The compiled Numba object for ``target``, building it on first use (thread-safe)."""
+        found = self._compiled.get(target)
+        if found is not None:
+            return found
+        backend = get_target(target)
+        reason = backend.unavailable_reason()
+        if reason is not None:
+            raise CudaUnavailableError(f"{self.__name__}: target {target!r} is unavailable: {reason}")
+        with self._compile_lock:
+            found = self._compiled.get(target)
+            if found is None:
+                found = self._compiled[target] = backend.compile(self.spec)
+        return found
+
+    # -- the call -----------------------------------------------------------------------------
+    def __call__(
+        self,
+        *args: Any,
+        out: Any = None,
+        where: Any = True,
+        dtype: Any = None,
+        casting: str = "same_kind",
+        order: str = "K",
+        target: str = "auto",
+        stream: Any = None,
+        **unsupported: Any,
+    ) -> Any:
+        if unsupported:
+            raise TypeError(f"{self.__name__}() got unsupported keyword argument(s): "
+                            f"{', '.join(sorted(unsupported))}")
+        inputs, sizes = self._split_args(args)
+        outs = self._normalize_out(out)
+        given = {k: v for k, v in (("out", outs), ("dtype", dtype), ("order", order),
+                                   ("casting", casting)) if v is not None}
+        if where is not True:
+            given["where"] = where
+        overridden = self._try_overrides(inputs, outs, sizes, given)
+        if overridden is not NotImplemented:
+            return overridden
+        on_device = any(_is_device_array(a) for a in (*inputs, *(outs or ())))
+        host_inputs = [a if _is_device_array(a) or isinstance(a, (*_WEAK_SCALARS, np.ndarray))
+                       else np.asarray(a) for a in inputs]
+        plan = self._plan(host_inputs, outs, sizes, dtype, casting, order)
+        chosen = self._choose_target(target, on_device, plan)
+        backend_options = {"stream": stream} if chosen == "cuda" else {}
+        if stream is not None and chosen != "cuda":
+            raise ValueError(f"{self.__name__}: stream= applies to target 'cuda' only, not {chosen!r}")
+        results = get_target(chosen).execute(
+            self.spec, self.compiled(chosen), plan, host_inputs, outs, where, **backend_options
+        )
+        if outs is None and not plan.loop_shape and self.spec.layout is None:
+            results = tuple(r[()] if isinstance(r, np.ndarray) else r for r in results)
+        return results[0] if self.nout == 1 else results
+
+    # -- validation: everything below raises before anything is written ------------------------
+    def _split_args(self, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, int]]:
+        expected = self.nin + len(self._output_dims)
+        if len(args) != expected:
+            names = ", ".join(self.spec.input_names + self._output_dims)
+            raise TypeError(f"{self.__name__}() takes {expected} positional arguments "
+                            f"({names}), got {len(args)}")
+        sizes = {}
+        for name, value in zip(self._output_dims, args[self.nin:]):
+            try:
+                if isinstance(value, bool | np.bool_):
+                    raise TypeError
+                size = operator.index(value)
+            except TypeError:
+                raise ValueError(f"{self.__name__}: {name} must be a non-negative integer, "
+                                 f"got {value!r}") from None
+            if size < 0:
+                raise ValueError(f"{self.__name__}: {name} must be a non-negative integer, got {size}")
+            sizes[name] = size
+        return list(args[: self.nin]), sizes
+
+    def _normalize_out(self, out: Any) -> tuple[Any, ...] | None:
+        if out is None:
+            return None
+        outs = out if isinstance(out, tuple) else (out,)
+        if len(outs) != self.nout:
+            raise ValueError(f"{self.__name__}: out must have {self.nout} array(s), got {len(outs)}")
+        if all(o is None for o in outs):
+            return None
+        if any(o is None for o in outs):
+            raise ValueError(f"{self.__name__}: give every output in out=, or none")
+        for o in outs:
+            if isinstance(o, np.ndarray):
+                if not o.flags.writeable:
+                    raise ValueError(f"{self.__name__}: out= array is read-only")
+            elif not _is_device_array(o):
+                raise TypeError(f"{self.__name__}: out= must be an array, got {type(o).__name__}")
+            elif o.__cuda_array_interface__.get("data", (0, False))[1]:
+                raise ValueError(f"{self.__name__}: out= device array is read-only")
+        return outs
+
+    def _try_overrides(self, inputs, outs, sizes, given) -> Any:
+        candidates = _overrides([*inputs, *(outs or ())])
+        if not candidates:
+            return NotImplemented
+        args = (*inputs, *sizes.values())
+        for obj in candidates:
+            result = type(obj).__array_ufunc__(obj, self, "__call__", *args, **given)
+            if result is not NotImplemented:
+                return result
+        raise TypeError(f"{self.__name__}: operand types "
+                        f"{[type(c).__name__ for c in candidates]} all returned NotImplemented "
+                        "from __array_ufunc__")
+
+    def _dtype_of(self, obj: Any, role: str) -> np.dtype | type:
+        """The dtype of an array, or the Python type of a weak scalar (NEP 50)."""
+        if isinstance(obj, _WEAK_SCALARS):
+            return type(obj)
+        dt = obj.dtype if isinstance(obj, np.ndarray | np.generic) else _device_dtype(obj)
+        if dt.kind not in "biuf":
+            kind = _UNSUPPORTED_KINDS.get(dt.kind, dt.kind)
+            raise TypeError(f"{self.__name__}: unsupported {kind} dtype {dt} for {role}; "
+                            f"supported: {', '.join(self._supported())}")
+        return dt
+
+    def _supported(self) -> list[str]:
+        loops = [str(lp.dtype) for lp in self.spec.loops]
+        return [*loops, "float16 (computed in float32)", "integer and bool (computed in float64)"]
+
+    def _loop_dtype(self, dtypes: list[Any], requested: Any) -> tuple[np.dtype, np.dtype]:
+        """(loop dtype, result dtype) by NumPy's promotion rules and gpufuncs' float loops."""
+        if requested is not None:
+            natural = np.dtype(requested)
+            if natural.kind != "f":
+                raise TypeError(f"{self.__name__}: dtype={natural} is not a floating dtype; "
+                                f"loops: {', '.join(self.types)}")
+        else:
+            natural = np.result_type(*(d if isinstance(d, np.dtype) else d(0) for d in dtypes))
+        # float16 computes in float32 and is returned as float16 (NumPy's own float16 loops do
+        # the same); integers and bool compute in float64.
+        wanted = np.dtype(np.float32) if natural == np.float16 else natural
+        if wanted.kind != "f" or wanted.itemsize > 8:
+            wanted = np.dtype(np.float64)
+        loop = next((lp.dtype for lp in self.spec.loops if lp.dtype.itemsize >= wanted.itemsize), None)
+        if loop is None:
+            raise TypeError(f"{self.__name__}: no loop for dtype {natural}; loops: {', '.join(self.types)}")
+        return loop, (natural if natural == np.float16 else loop)
+
+    def _check_casting(self, dtypes, loop: np.dtype, result: np.dtype, outs, casting: str) -> None:
+        if casting not in _CASTINGS:
+            raise ValueError(f"{self.__name__}: casting must be one of {_CASTINGS}, got {casting!r}")
+        for i, dt in enumerate(dtypes):
+            if isinstance(dt, np.dtype) and not np.can_cast(dt, loop, casting):
+                raise TypeError(f"{self.__name__}: cannot cast input {self.spec.input_names[i]!r} "
+                                f"from {dt} to the {loop} loop with casting={casting!r}")
+        for o in outs or ():
+            odt = o.dtype if isinstance(o, np.ndarray) else _device_dtype(o)
+            if not np.can_cast(result, odt, casting):
+                raise TypeError(f"{self.__name__}: cannot cast the {result} result to out= dtype "
+                                f"{odt} with casting={casting!r}")
+
+    def _plan(self, inputs, outs, sizes, dtype, casting, order) -> Plan:
+        dtypes = [self._dtype_of(a, f"input {name!r}") for a, name in zip(inputs, self.spec.input_names)]
+        loop_dtype, result_dtype = self._loop_dtype(dtypes, dtype)
+        self._check_casting(dtypes, loop_dtype, result_dtype, outs, casting)
+        if order not in _ORDERS:
+            raise ValueError(f"{self.__name__}: order must be one of {_ORDERS}, got {order!r}")
+        loop_shape, out_shapes, core = self._shapes([np.shape(a) if not _is_device_array(a)
+                                                      else _device_shape(a) for a in inputs],
+                                                     outs, sizes)
+        return Plan(loop=self.spec.loop_for(loop_dtype), result_dtype=result_dtype,
+                    loop_shape=loop_shape, out_shapes=out_shapes, core_sizes=core,
+                    order=_alloc_order(order, inputs))
+
+    def _shapes(self, shapes, outs, sizes):
+        layout = self.spec.layout
+        in_cores = layout.inputs if layout else ((),) * self.nin
+        out_cores = layout.outputs if layout else ((),)
+        core = dict(sizes)
+        loops = []
+        for shape, dims, name in zip(shapes, in_cores, self.spec.input_names):
+            loops.append(self._bind_core(shape, dims, core, f"input {name!r}"))
+        try:
+            loop_shape = np.broadcast_shapes(*loops)
+        except ValueError:
+            shown = " ".join(str(tuple(s)) for s in shapes)
+            raise ValueError(f"{self.__name__}: operands could not be broadcast together with "
+                             f"shapes {shown}") from None
+        for o, dims in zip(outs or (), out_cores):
+            # Like NumPy, inputs may broadcast up to out's loop shape, never the reverse.
+            out_loop = self._bind_core(_shape_of(o), dims, core, "out=")
+            if _broadcasts_to(loop_shape, out_loop):
+                loop_shape = out_loop
+        out_shapes = tuple(loop_shape + tuple(core[d] for d in dims) for dims in out_cores)
+        for o, want in zip(outs or (), out_shapes):
+            if _shape_of(o) != want:
+                raise ValueError(f"{self.__name__}: out= has shape {_shape_of(o)}, "
+                                 f"the result has shape {want}")
+        return loop_shape, out_shapes, core
+
+    def _bind_core(self, shape, dims, core: dict[str, int], role: str) -> tuple[int, ...]:
+        if len(shape) < len(dims):
+            raise ValueError(f"{self.__name__}: {role} has {len(shape)} dimension(s), the layout "
+                             f"{self.signature!r} needs at least {len(dims)}")
+        split = len(shape) - len(dims)
+        for d, size in zip(dims, shape[split:]):
+            if core.setdefault(d, size) != size:
+                raise ValueError(f"{self.__name__}: core dimension {d!r} of {role} has size {size}, "
+                                 f"expected {core[d]}")
+        return tuple(shape[:split])
+
+    def _choose_target(self, target: str, on_device: bool, plan: Plan) -> str:
+        if target not in TARGET_NAMES:
+            raise ValueError(f"{self.__name__}: unknown target {target!r}; valid targets: "
+                             f"{', '.join(TARGET_NAMES)}")
+        if target == "auto":
+            if on_device:
+                return "cuda"
+            size = int(np.prod(plan.out_shapes[0], dtype=np.int64))
+            return "parallel" if size >= AUTO_PARALLEL_MIN_SIZE else "cpu"
+        if on_device and target != "cuda":
+            raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
+                             f"not {target!r} (copy them to the host first)")
+        return target
+
+
+def _device_dtype(obj: Any) -> np.dtype:
+    dt = getattr(obj, "dtype", None)
+    if isinstance(dt, np.dtype):
+        return dt
+    return np.dtype(obj.__cuda_array_interface__["typestr"])
+
+
+def _device_shape(obj: Any) -> tuple[int, ...]:
+    return tuple(obj.__cuda_array_interface__["shape"])
+
+
+def _shape_of(obj: Any) -> tuple[int, ...]:
+    return obj.shape if isinstance(obj, np.ndarray) else _device_shape(obj)
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
+def _alloc_order(order: str, inputs: list[Any]) -> str:
+    if order in "CF":
+        return order
+    arrays = [a for a in inputs if isinstance(a, np.ndarray) and a.ndim > 1]
+    f_only = arrays and all(a.flags.f_contiguous and not a.flags.c_contiguous for a in arrays)
+    return "F" if f_only else "C"

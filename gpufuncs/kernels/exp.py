@@ -1,0 +1,18 @@
+"""``exp(x)``: the exponential."""
+
+import math
+
+import numpy as np
+
+from ..registry import float_signatures, ufunc
+from ..spec import Tolerance
+
+
+@ufunc(
+    signatures=float_signatures(1),
+    reference=np.exp,
+    tolerances={np.float32: Tolerance(rtol=0.0, ulps=1), np.float64: Tolerance(rtol=0.0, ulps=1)},
+)
+def exp(x):
+    """Exponential ``e**x``, like ``numpy.exp``: overflow gives inf, underflow 0, NaN stays NaN."""
+    return math.exp(x)

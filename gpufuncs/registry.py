@@ -1,0 +1,228 @@
+"""The registry of kernels by name, and the public decorators that fill it."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .dispatch import Kernel
+from .spec import (
+    KernelDefinitionError,
+    KernelSpec,
+    Tolerance,
+    check_loop_order,
+    parse_layout,
+    parse_loop,
+)
+
+
+class Registry(Mapping[str, Kernel]):
+    """Kernels by name: ``registry["gaussian"]`` is the public callable ``gpufuncs.gaussian``."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[str, Kernel] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, name: str) -> Kernel:
+        try:
+            return self._kernels[name]
+        except KeyError:
+            raise KeyError(f"unknown kernel {name!r}; registered kernels: "
+                           f"{', '.join(sorted(self._kernels))}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._kernels))
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+    def register(self, kernel: Kernel, replace: bool = False) -> Kernel:
+        """Add ``kernel`` under its name; an existing name needs ``replace=True``."""
+        with self._lock:
+            if kernel.__name__ in self._kernels and not replace:
+                raise KeyError(f"a kernel named {kernel.__name__!r} is already registered; "
+                               "pass replace=True to replace it")
+            self._kernels[kernel.__name__] = kernel
+        return kernel
+
+
+#: The process-wide registry.
+registry = Registry()
+
+
+def get_kernel(name: str) -> Kernel:
+    """The public callable registered as ``name`` (``KeyError`` listing the names if unknown)."""
+    return registry[name]
+
+
+def get(name: str, target: str = "cpu") -> Any:
+    """The compiled Numba object of kernel ``name`` for ``target``, compiling it if needed.
+
+    For ``cpu`` this is a ``DUFunc`` (or ``GUFunc``), for ``parallel`` a :class:`numpy.ufunc`,
+    for ``cuda`` Numba's CUDA ufunc object.
+    """
+    return registry[name].compiled(target)
+
+
+def names() -> list[str]:
+    """Names of all registered kernels, sorted."""
+    return list(registry)
+
+
+def _tolerances(given: Mapping[Any, Tolerance | float] | None) -> dict[np.dtype, Tolerance]:
+    result = {}
+    for dtype, tol in (given or {}).items():
+        result[np.dtype(dtype)] = tol if isinstance(tol, Tolerance) else Tolerance(rtol=float(tol))
+    return result
+
+
+def _define(
+    func: Callable[..., Any],
+    *,
+    signatures: Sequence[str],
+    layout: str | None,
+    reference: Callable[..., Any] | None,
+    name: str | None,
+    tolerances: Mapping[Any, Tolerance | float] | None,
+    doc: str | None,
+    identity: float | None,
+    domains: Mapping[str, tuple[float, float]] | None,
+    replace: bool,
+) -> Kernel:
+    kname = name or func.__name__
+    params = tuple(inspect.signature(func).parameters)
+    parsed = parse_layout(layout) if layout is not None else None
+    if parsed is not None and len(parsed.inputs) + len(parsed.outputs) != len(params):
+        raise KernelDefinitionError(
+            f"kernel {kname!r}: layout {layout!r} has {len(parsed.inputs) + len(parsed.outputs)} "
+            f"arguments, the function takes {len(params)} ({', '.join(params)})"
+        )
+    if not signatures:
+        raise KernelDefinitionError(f"kernel {kname!r}: give at least one signature")
+    loops = tuple(parse_loop(s, len(params), parsed is not None) for s in signatures)
+    check_loop_order(loops, kname)
+    if identity is not None and (parsed is not None or len(params) != 2):
+        raise KernelDefinitionError(f"kernel {kname!r}: only binary elementwise kernels have an identity")
+    unknown = set(domains or {}) - set(params)
+    if unknown:
+        raise KernelDefinitionError(f"kernel {kname!r}: domains name unknown arguments {sorted(unknown)}")
+    spec = KernelSpec(
+        name=kname,
+        pyfunc=func,
+        loops=loops,
+        layout=parsed,
+        reference=reference,
+        tolerances=_tolerances(tolerances),
+        doc=doc or inspect.getdoc(func) or "",
+        identity=identity,
+        domains=dict(domains or {}),
+        arg_names=params,
+    )
+    return registry.register(Kernel(spec), replace=replace)
+
+
+def ufunc(
+    *,
+    signatures: Sequence[str],
+    reference: Callable[..., Any] | None,
+    name: str | None = None,
+    tolerances: Mapping[Any, Tolerance | float] | None = None,
+    doc: str | None = None,
+    identity: float | None = None,
+    domains: Mapping[str, tuple[float, float]] | None = None,
+    replace: bool = False,
+) -> Callable[[Callable[..., Any]], Kernel]:
+    """Declare an elementwise kernel from a scalar Python function.
+
+    Parameters
+    ----------
+    signatures : sequence of str
+        Numba signatures, one per dtype, float32 before float64, e.g.
+        ``["float32(float32, float32)", "float64(float64, float64)"]``.
+    reference : callable
+        The NumPy/SciPy function the kernel must agree with (``None`` is allowed for
+        experiments, but the test suite fails for a registered kernel without one).
+    name : str, optional
+        Registry name; defaults to the function's name.
+    tolerances : mapping, optional
+        Per-dtype :class:`~gpufuncs.Tolerance` (or a plain rtol); default five epsilons.
+    doc : str, optional
+        Docstring of the public callable; defaults to the function's.
+    identity : float, optional
+        For binary kernels: the value ``reduce`` starts from (like ``np.add.identity``).
+    domains : mapping, optional
+        ``{argument: (low, high)}`` where an input is meaningful, for generated test inputs.
+    replace : bool
+        Replace an already registered kernel of the same name.
+
+    Returns
+    -------
+    callable
+        A decorator returning the registered :class:`~gpufuncs.Kernel`.
+
+    Examples
+    --------
+    >>> import math, numpy as np, gpufuncs as gf
+    >>> @gf.ufunc(signatures=["float32(float32, float32)", "float64(float64, float64)"],
+    ...           reference=np.hypot, replace=True)
+    ... def my_hypot(a, b):
+    ...     return math.sqrt(a * a + b * b)
+    >>> float(my_hypot(3.0, 4.0))
+    5.0
+    """
+
+    def decorate(func: Callable[..., Any]) -> Kernel:
+        return _define(func, signatures=signatures, layout=None, reference=reference, name=name,
+                       tolerances=tolerances, doc=doc, identity=identity, domains=domains,
+                       replace=replace)
+
+    return decorate
+
+
+def gufunc(
+    *,
+    signatures: Sequence[str],
+    layout: str,
+    reference: Callable[..., Any] | None,
+    name: str | None = None,
+    tolerances: Mapping[Any, Tolerance | float] | None = None,
+    doc: str | None = None,
+    domains: Mapping[str, tuple[float, float]] | None = None,
+    replace: bool = False,
+) -> Callable[[Callable[..., Any]], Kernel]:
+    """Declare a generalized kernel: a scalar-style function that writes its output arrays.
+
+    The function receives the inputs, then one array per output, and fills the outputs.
+    Core dimensions that appear only in outputs (``n`` in ``"()->(n)"``) are passed to the
+    public call as trailing integer arguments: ``hermite_norm(x, n)``.
+
+    Parameters
+    ----------
+    signatures : sequence of str
+        Numba signatures returning ``void``, e.g. ``["void(float32, float32[:])", ...]``.
+    layout : str
+        NumPy gufunc layout, e.g. ``"()->(n)"``.
+    reference, name, tolerances, doc, domains, replace
+        As for :func:`ufunc`. The reference receives the inputs and the output-only sizes.
+
+    Returns
+    -------
+    callable
+        A decorator returning the registered :class:`~gpufuncs.Kernel`.
+    """
+
+    def decorate(func: Callable[..., Any]) -> Kernel:
+        return _define(func, signatures=signatures, layout=layout, reference=reference, name=name,
+                       tolerances=tolerances, doc=doc, identity=None, domains=domains,
+                       replace=replace)
+
+    return decorate
+
+
+def float_signatures(nin: int) -> list[str]:
+    """``["float32(float32, ...)", "float64(float64, ...)"]`` for an ``nin``-input ufunc."""
+    return [f"{t}({', '.join([t] * nin)})" for t in ("float32", "float64")]

@@ -1,0 +1,217 @@
+"""The declaration of a kernel: what it computes, for which dtypes, and how it is checked.
+
+A :class:`KernelSpec` is pure data built from the public decorators
+(:func:`gpufuncs.ufunc`, :func:`gpufuncs.gufunc`). It is validated once, at registration, so that
+every later stage (compiling for a target, dispatching a call, testing, benchmarking) can trust it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numba.core import sigutils, types
+from numba.np.numpy_support import as_dtype
+
+#: Loop dtypes a kernel may declare, in the order they must be declared (NumPy resolves a call
+#: to the first loop that fits, so narrower loops come first; see ``check_td_order`` in NumPy).
+LOOP_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class KernelDefinitionError(ValueError):
+    """A kernel declaration is malformed (bad signatures, layout, or arguments)."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close a result must be to the reference, for one dtype.
+
+    A point passes when ``|result - ref| <= atol + rtol * scale`` or when the two are at most
+    ``ulps`` units in the last place apart. ``scale`` is ``|ref|`` for elementwise kernels and
+    the largest ``|ref|`` along the output core dimensions for generalized kernels (a norm-wise
+    error, since a recurrence's error follows the size of the whole vector, not of one entry).
+    """
+
+    rtol: float
+    atol: float = 0.0
+    ulps: int | None = None
+
+
+def default_tolerance(dtype: np.dtype) -> Tolerance:
+    """SciPy's ``FuncData`` default: five machine epsilons, relative."""
+    return Tolerance(rtol=5 * float(np.finfo(dtype).eps))
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One compiled dtype loop: every input and output of the kernel shares ``dtype``."""
+
+    dtype: np.dtype
+    signature: str  # the Numba signature string it is compiled from
+
+    @property
+    def char(self) -> str:
+        """NumPy's one-letter type code (``'f'``, ``'d'``)."""
+        return self.dtype.char
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parsed gufunc layout such as ``"()->(n)"`` or ``"(m),(m)->()"``."""
+
+    text: str
+    inputs: tuple[tuple[str, ...], ...]
+    outputs: tuple[tuple[str, ...], ...]
+
+    @property
+    def output_only_dims(self) -> tuple[str, ...]:
+        """Core dimensions that appear only in outputs; a call passes their sizes as integers."""
+        seen = {d for dims in self.inputs for d in dims}
+        found: list[str] = []
+        for dims in self.outputs:
+            found += [d for d in dims if d not in seen and d not in found]
+        return tuple(found)
+
+    @property
+    def numba_layout(self) -> str:
+        """The layout Numba compiles: outputs become writable inputs and no output is declared.
+
+        Numba refuses output-only core dimensions (numba#2797) and numba-cuda fails on gufuncs
+        without outputs, so the CPU targets compile every argument as an input and mark the
+        outputs ``writable_args``; the dispatcher always allocates or validates ``out`` itself.
+        """
+        return ",".join(_format_dims(d) for d in self.inputs + self.outputs)
+
+
+_DIMS = re.compile(r"\(([^()]*)\)")
+
+
+def _format_dims(dims: tuple[str, ...]) -> str:
+    return "(" + ",".join(dims) + ")"
+
+
+def parse_layout(text: str) -> Layout:
+    """Parse ``"(),(n)->(n)"`` into core dimension names per argument."""
+    if "->" not in text:
+        raise KernelDefinitionError(f"layout {text!r} needs '->' between inputs and outputs")
+    left, right = (side.replace(" ", "") for side in text.split("->"))
+
+    def side(part: str) -> tuple[tuple[str, ...], ...]:
+        groups = _DIMS.findall(part)
+        if ",".join(f"({g})" for g in groups) != part:
+            raise KernelDefinitionError(f"layout {text!r} is not of the form '(i),(j)->(k)'")
+        dims = tuple(tuple(d for d in g.split(",") if d) for g in groups)
+        for name in (d for ds in dims for d in ds):
+            if not name.isidentifier():
+                raise KernelDefinitionError(f"layout {text!r}: {name!r} is not a dimension name")
+        return dims
+
+    layout = Layout(text=text.replace(" ", ""), inputs=side(left), outputs=side(right))
+    if not layout.outputs:
+        raise KernelDefinitionError(f"layout {text!r} declares no output")
+    return layout
+
+
+def _arg_dtype(t: types.Type) -> np.dtype:
+    return as_dtype(t.dtype if isinstance(t, types.Array) else t)
+
+
+def parse_loop(signature: str, nargs: int, is_gufunc: bool) -> Loop:
+    """Check one Numba signature string and return its :class:`Loop`."""
+    try:
+        args, ret = sigutils.normalize_signature(signature)
+    except Exception as exc:
+        raise KernelDefinitionError(f"cannot parse signature {signature!r}: {exc}") from exc
+    if is_gufunc and ret not in (None, types.void):
+        raise KernelDefinitionError(f"gufunc signature {signature!r} must return void")
+    everything = list(args) if is_gufunc else [*args, ret]
+    if len(args) != nargs:
+        raise KernelDefinitionError(
+            f"signature {signature!r} has {len(args)} arguments, the function takes {nargs}"
+        )
+    dtypes = {_arg_dtype(t) for t in everything}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in LOOP_DTYPES:
+        raise KernelDefinitionError(
+            f"signature {signature!r}: every argument must share one dtype, float32 or float64"
+        )
+    return Loop(dtype=dtypes.pop(), signature=signature)
+
+
+def check_loop_order(loops: tuple[Loop, ...], name: str) -> None:
+    """Loops must be unique and ordered narrow to wide (float32 before float64)."""
+    order = [LOOP_DTYPES.index(loop.dtype) for loop in loops]
+    if len(set(order)) != len(order):
+        raise KernelDefinitionError(
+            f"kernel {name!r}: duplicate dtype loops {[lp.signature for lp in loops]}"
+        )
+    if order != sorted(order):
+        raise KernelDefinitionError(
+            f"kernel {name!r}: signatures must be ordered float32 before float64, got "
+            f"{[lp.signature for lp in loops]}"
+        )
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything declared about one kernel.
+
+    Attributes
+    ----------
+    name : str
+        Registry name and ``__name__`` of the public callable.
+    pyfunc : callable
+        The scalar Python function (``math`` only). For gufuncs it receives the output arrays as
+        trailing arguments and writes into them.
+    loops : tuple of Loop
+        Compiled dtype loops, float32 first.
+    layout : Layout or None
+        Core dimensions of a generalized kernel; ``None`` for an elementwise one.
+    reference : callable
+        NumPy/SciPy function the kernel must agree with, called with float64 NumPy inputs (and
+        the output-only core dimension sizes, for gufuncs).
+    tolerances : mapping of dtype to Tolerance
+        Accepted error per loop dtype.
+    doc : str
+        The docstring of the public callable.
+    identity : float or None
+        The value ``reduce`` starts from, for binary kernels that have one.
+    domains : mapping of argument name to (low, high)
+        Where each input is meaningful; test inputs favour it and probe its edges.
+    """
+
+    name: str
+    pyfunc: Callable[..., Any]
+    loops: tuple[Loop, ...]
+    layout: Layout | None
+    reference: Callable[..., Any] | None
+    tolerances: Mapping[np.dtype, Tolerance]
+    doc: str
+    identity: float | None = None
+    domains: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    arg_names: tuple[str, ...] = ()
+
+    @property
+    def is_gufunc(self) -> bool:
+        return self.layout is not None
+
+    @property
+    def nin(self) -> int:
+        return len(self.layout.inputs) if self.layout else len(self.arg_names)
+
+    @property
+    def nout(self) -> int:
+        return len(self.layout.outputs) if self.layout else 1
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.arg_names[: self.nin]
+
+    def tolerance(self, dtype: np.dtype) -> Tolerance:
+        return self.tolerances.get(np.dtype(dtype)) or default_tolerance(np.dtype(dtype))
+
+    def loop_for(self, dtype: np.dtype) -> Loop | None:
+        """The declared loop computing in ``dtype``, if any."""
+        return next((lp for lp in self.loops if lp.dtype == dtype), None)
