@@ -1,0 +1,120 @@
+"""The one timing harness shared by every benchmark suite.
+
+Rules (the machines are noisy): warm up first, report the median of several repetitions,
+synchronize the GPU inside the timed region, and compare ratios measured in the same run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def measure(
+    fn: Callable[[], Any],
+    *,
+    sync: Callable[[], Any] | None = None,
+    warmup: int = 3,
+    repeat: int = 15,
+    min_time: float = 2e-4,
+) -> float:
+    """Median seconds per call of ``fn`` after ``warmup`` calls.
+
+    Each repetition runs ``fn`` enough times to last at least ``min_time`` (so microsecond calls
+    are not dominated by the timer), then calls ``sync`` (for example a CUDA stream synchronize)
+    before the clock stops.
+    """
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    inner = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        if sync:
+            sync()
+        if time.perf_counter() - start >= min_time or inner >= 1 << 20:
+            break
+        inner *= 2
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        if sync:
+            sync()
+        samples.append((time.perf_counter() - start) / inner)
+    return statistics.median(samples)
+
+
+def machine_info(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Machine, library versions and date, stored with every result file."""
+    import numba
+    import numpy
+
+    import gpufuncs
+
+    info: dict[str, Any] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": platform.machine(),
+        "processor": _cpu_name(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "numba": numba.__version__,
+        "gpufuncs": gpufuncs.__version__,
+    }
+    try:
+        info["threading_layer"] = numba.threading_layer()
+    except ValueError:  # no parallel code has run yet
+        info["threading_layer"] = None
+    info.update(extra or {})
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A plain fixed-width text table of ``rows`` (dicts) restricted to ``columns``."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return str(value)
+
+    cells = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c)
+              for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def save_results(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[str],
+                 meta: dict[str, Any]) -> Path:
+    """Write ``results/<name>.json`` (rows + meta) and ``results/<name>.txt`` (the table)."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": list(rows)}, indent=1))
+    header = "\n".join(f"# {k}: {v}" for k, v in meta.items())
+    path = RESULTS / f"{name}.txt"
+    path.write_text(header + "\n\n" + format_table(rows, columns) + "\n")
+    return path
