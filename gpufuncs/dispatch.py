@@ -7,6 +7,7 @@ and every target shares NumPy's rules. Targets only execute plans.
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
 from collections.abc import Sequence
@@ -72,6 +73,8 @@ class Kernel:
         self._compiled: dict[str, Any] = {}
         self._compile_lock = threading.Lock()
         self._output_dims = spec.layout.output_only_dims if spec.layout else ()
+        self._fast_signatures: dict[tuple[Any, ...], str] = {}
+        self._cpu_ufunc: Any = None
 
     # -- what code written for np.ufunc reads ---------------------------------------------
     @property
@@ -134,7 +137,15 @@ class Kernel:
         return found
 
     # -- the call -----------------------------------------------------------------------------
-    def __call__(
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Apply the kernel like a :class:`numpy.ufunc` (see :meth:`call` for the keywords)."""
+        if not kwargs or kwargs.keys() == {"target"}:
+            result = self._fast_call(args, kwargs.get("target", "auto"))
+            if result is not NotImplemented:
+                return result
+        return self.call(*args, **kwargs)
+
+    def call(
         self,
         *args: Any,
         out: Any = None,
@@ -146,15 +157,43 @@ class Kernel:
         stream: Any = None,
         **unsupported: Any,
     ) -> Any:
+        """Apply the kernel: the full, validated call path.
+
+        Parameters
+        ----------
+        *args
+            The inputs (arrays, device arrays, scalars), then for gufuncs the sizes of the
+            output-only core dimensions (``hermite_norm(x, n)``).
+        out : array or tuple of arrays, optional
+            Where to write the result; validated (shape, dtype, writable) before any write.
+        where : array_like of bool, optional
+            With ``out=``, positions where it is False keep ``out``'s values.
+        dtype : dtype, optional
+            The loop to compute in (``np.float32`` computes float64 input in float32).
+        casting : {'no', 'equiv', 'safe', 'same_kind', 'unsafe'}
+            Which input and output casts are allowed, as in NumPy.
+        order : {'K', 'A', 'C', 'F'}
+            Memory order of allocated outputs.
+        target : {'auto', 'cpu', 'parallel', 'cuda'}
+            Where to run; ``auto`` picks ``cuda`` for device arrays, else ``cpu`` below
+            ``AUTO_PARALLEL_MIN_SIZE`` output elements and ``parallel`` from there up.
+        stream : optional
+            For ``cuda``: a numba, cuda.core, CuPy or torch stream to run on.
+
+        Returns
+        -------
+        array, scalar or tuple
+            Like NumPy: a scalar for 0-d inputs, the ``out`` array when given.
+        """
         if unsupported:
             raise TypeError(f"{self.__name__}() got unsupported keyword argument(s): "
                             f"{', '.join(sorted(unsupported))}")
         inputs, sizes = self._split_args(args)
         outs = self._normalize_out(out)
-        given = {k: v for k, v in (("out", outs), ("dtype", dtype), ("order", order),
-                                   ("casting", casting)) if v is not None}
-        if where is not True:
-            given["where"] = where
+        given = {k: v for k, v, default in (("out", outs, None), ("where", where, True),
+                                            ("dtype", dtype, None), ("casting", casting, "same_kind"),
+                                            ("order", order, "K"), ("target", target, "auto"))
+                 if v is not default}
         overridden = self._try_overrides(inputs, outs, sizes, given)
         if overridden is not NotImplemented:
             return overridden
@@ -172,6 +211,53 @@ class Kernel:
         if outs is None and not plan.loop_shape and self.spec.layout is None:
             results = tuple(r[()] if isinstance(r, np.ndarray) else r for r in results)
         return results[0] if self.nout == 1 else results
+
+    # -- the fast path: small host calls without keywords -------------------------------------
+    def _fast_call(self, args: tuple[Any, ...], target: str) -> Any:
+        """Skip re-validation for argument types already seen; ``NotImplemented`` if not eligible.
+
+        Eligible: an elementwise kernel on ``cpu`` with NumPy arrays of one shape and scalars,
+        whose dtypes resolved before to a loop that returns its own dtype. NumPy's ufunc then
+        does the (already validated) work directly; anything else takes :meth:`call`.
+        """
+        key = tuple(a.dtype if type(a) is np.ndarray else type(a) for a in args)
+        signature = self._fast_signatures.get(key)
+        if signature is None:
+            signature = self._fast_signatures[key] = self._fast_signature(key)
+        if not signature or target not in ("auto", "cpu"):
+            return NotImplemented
+        shapes = {a.shape for a in args if type(a) is np.ndarray}
+        if len(shapes) > 1:
+            return NotImplemented
+        if target == "auto" and shapes and math.prod(shapes.pop()) >= AUTO_PARALLEL_MIN_SIZE:
+            return NotImplemented
+        ufunc = self._cpu_ufunc or self._load_cpu_ufunc()
+        return ufunc(*args, signature=signature)
+
+    def _fast_signature(self, key: tuple[Any, ...]) -> str:
+        """The loop signature for argument types ``key``, or ``''`` if they need the full path."""
+        if self.spec.layout is not None or len(key) != self.nin:
+            return ""
+        dtypes = []
+        for k in key:
+            if isinstance(k, np.dtype) and k.kind in "biuf":
+                dtypes.append(k)
+            elif k in _WEAK_SCALARS:
+                dtypes.append(k)
+            elif isinstance(k, type) and issubclass(k, np.number | np.bool_):
+                dtypes.append(np.dtype(k))
+            else:
+                return ""
+        try:
+            loop, result = self._loop_dtype(dtypes, None)
+        except TypeError:
+            return ""
+        return "" if loop != result else loop.char * self.nin + "->" + loop.char
+
+    def _load_cpu_ufunc(self) -> Any:
+        compiled = self.compiled("cpu")
+        self._cpu_ufunc = getattr(compiled, "ufunc", compiled)
+        return self._cpu_ufunc
 
     # -- validation: everything below raises before anything is written ------------------------
     def _split_args(self, args: tuple[Any, ...]) -> tuple[list[Any], dict[str, int]]:
@@ -331,7 +417,7 @@ class Kernel:
         if target == "auto":
             if on_device:
                 return "cuda"
-            size = int(np.prod(plan.out_shapes[0], dtype=np.int64))
+            size = math.prod(plan.out_shapes[0])
             return "parallel" if size >= AUTO_PARALLEL_MIN_SIZE else "cpu"
         if on_device and target != "cuda":
             raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
