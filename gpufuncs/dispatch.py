@@ -7,6 +7,7 @@ and every target shares NumPy's rules. Targets only execute plans.
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 import threading
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import methods
 from .spec import KernelSpec
 from .targets import TARGET_NAMES, CudaUnavailableError, Plan, get_target
 
@@ -74,6 +76,9 @@ class Kernel:
         self._compile_lock = threading.Lock()
         self._output_dims = spec.layout.output_only_dims if spec.layout else ()
         self._fast_signatures: dict[tuple[Any, ...], str] = {}
+        # __call__ takes **kwargs for speed; advertise call()'s keywords to introspection
+        # (Dask checks that the keywords it forwards exist).
+        self.__signature__ = inspect.signature(self.call)
         self._cpu_ufunc: Any = None
 
     # -- what code written for np.ufunc reads ---------------------------------------------
@@ -192,9 +197,9 @@ class Kernel:
         outs = self._normalize_out(out)
         given = {k: v for k, v, default in (("out", outs, None), ("where", where, True),
                                             ("dtype", dtype, None), ("casting", casting, "same_kind"),
-                                            ("order", order, "K"), ("target", target, "auto"))
+                                            ("order", order, "K"))
                  if v is not default}
-        overridden = self._try_overrides(inputs, outs, sizes, given)
+        overridden = self._try_overrides(inputs, outs, sizes, given, target)
         if overridden is not NotImplemented:
             return overridden
         on_device = any(_is_device_array(a) for a in (*inputs, *(outs or ())))
@@ -211,6 +216,26 @@ class Kernel:
         if outs is None and not plan.loop_shape and self.spec.layout is None:
             results = tuple(r[()] if isinstance(r, np.ndarray) else r for r in results)
         return results[0] if self.nout == 1 else results
+
+    # -- ufunc methods (binary elementwise kernels) --------------------------------------------
+    def outer(self, a: Any, b: Any, **kwargs: Any) -> Any:
+        """Apply to every pair ``(a[i], b[j])``, like :meth:`numpy.ufunc.outer`."""
+        return methods.outer(self, a, b, **kwargs)
+
+    def reduce(self, array: Any, axis: Any = 0, dtype: Any = None, out: Any = None,
+               keepdims: bool = False, initial: Any = methods._NO_VALUE, where: Any = True,
+               target: str = "auto") -> Any:
+        """Reduce along ``axis``, like :meth:`numpy.ufunc.reduce` (``cuda``: one axis)."""
+        return methods.reduce(self, array, axis, dtype, out, keepdims, initial, where, target)
+
+    def accumulate(self, array: Any, axis: int = 0, dtype: Any = None, out: Any = None,
+                   target: str = "auto") -> Any:
+        """Running reduction, like :meth:`numpy.ufunc.accumulate` (host targets)."""
+        return methods.accumulate(self, array, axis, dtype, out, target)
+
+    def at(self, array: np.ndarray, indices: Any, b: Any, target: str = "auto") -> None:
+        """Unbuffered in-place application, like :meth:`numpy.ufunc.at` (host targets)."""
+        methods.at(self, array, indices, b, target)
 
     # -- the fast path: small host calls without keywords -------------------------------------
     def _fast_call(self, args: tuple[Any, ...], target: str) -> Any:
@@ -300,13 +325,23 @@ class Kernel:
                 raise ValueError(f"{self.__name__}: out= device array is read-only")
         return outs
 
-    def _try_overrides(self, inputs, outs, sizes, given) -> Any:
+    def _try_overrides(self, inputs, outs, sizes, given, target) -> Any:
         candidates = _overrides([*inputs, *(outs or ())])
         if not candidates:
             return NotImplemented
-        args = (*inputs, *sizes.values())
+        if target != "auto":
+            # NumPy's protocol has no target; the override calls this kernel per block and
+            # each block picks its own target.
+            raise TypeError(f"{self.__name__}: target={target!r} cannot be passed through "
+                            f"{type(candidates[0]).__name__}.__array_ufunc__; its blocks use 'auto'")
+        ufunc_like: Any = self
+        if sizes:
+            # Output-only core dimensions (hermite's n) are not arrays: bind them, and tell
+            # gufunc-aware overrides (Dask's apply_gufunc) their sizes.
+            ufunc_like = _SizedKernel(self, tuple(sizes.values()))
+            given = {**given, "output_sizes": sizes}
         for obj in candidates:
-            result = type(obj).__array_ufunc__(obj, self, "__call__", *args, **given)
+            result = type(obj).__array_ufunc__(obj, ufunc_like, "__call__", *inputs, **given)
             if result is not NotImplemented:
                 return result
         raise TypeError(f"{self.__name__}: operand types "
@@ -423,6 +458,18 @@ class Kernel:
             raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
                              f"not {target!r} (copy them to the host first)")
         return target
+
+
+class _SizedKernel:
+    """A gufunc with its output-only core sizes bound, as handed to ``__array_ufunc__``."""
+
+    def __init__(self, kernel: Kernel, sizes: tuple[int, ...]) -> None:
+        self.kernel, self.sizes = kernel, sizes
+        self.__name__, self.signature = kernel.__name__, kernel.signature
+        self.nin, self.nout, self.nargs = kernel.nin, kernel.nout, kernel.nargs
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        return self.kernel.call(*inputs, *self.sizes, **kwargs)
 
 
 def _device_dtype(obj: Any) -> np.dtype:

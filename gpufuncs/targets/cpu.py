@@ -31,11 +31,19 @@ def _build(spec: KernelSpec, target: str, cache: bool) -> Any:
     sigs = [loop.signature for loop in spec.loops]
     opts = _options(target, cache)
     if spec.layout is None:
-        return numba.vectorize(sigs, **opts)(spec.pyfunc)
+        return numba.vectorize(sigs, identity=_numba_identity(spec.identity), **opts)(spec.pyfunc)
     writable = tuple(range(spec.nin, spec.nin + spec.nout))
     return numba.guvectorize(sigs, spec.layout.numba_layout, writable_args=writable, **opts)(
         spec.pyfunc
     )
+
+
+def _numba_identity(identity: float | None) -> int | str | None:
+    # Numba stores only 0 or 1 as a ufunc identity; any other identity still makes the
+    # reduction reorderable, and gpufuncs' reduce supplies the value for empty reductions.
+    if identity is None:
+        return None
+    return int(identity) if identity in (0, 1) else "reorderable"
 
 
 def compile_numba(spec: KernelSpec, target: str) -> Any:

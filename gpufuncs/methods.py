@@ -1,0 +1,138 @@
+"""The ufunc methods of binary elementwise kernels: ``outer``, ``reduce``, ``accumulate``, ``at``.
+
+On the host they run through the real :class:`numpy.ufunc` that Numba built, after gpufuncs'
+own dtype rules picked the loop, so they follow NumPy exactly. On ``cuda``, ``outer`` is a
+broadcast call and ``reduce`` a pairwise tree of calls (both through the one call path).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .dispatch import Kernel
+
+_NO_VALUE: Any = np._NoValue  # NumPy's own "not given" marker for ``initial``
+
+
+def require_binary(kernel: Kernel, method: str) -> None:
+    """Raise ``TypeError`` unless ``kernel`` is elementwise with two inputs and one output."""
+    spec = kernel.spec
+    if spec.layout is not None:
+        why = f"it is a generalized kernel with layout {spec.layout.text!r}"
+    elif spec.nin != 2:
+        why = f"it takes {spec.nin} input(s)"
+    else:
+        return
+    raise TypeError(f"{kernel.__name__}.{method} is not available: {method} is defined only for "
+                    f"binary elementwise kernels (two inputs, one output), and {why}")
+
+
+def outer(kernel: Kernel, a: Any, b: Any, **kwargs: Any) -> Any:
+    """``kernel(a[..., None, ...], b)``: every pair of elements, like :meth:`numpy.ufunc.outer`."""
+    require_binary(kernel, "outer")
+    a = a if hasattr(a, "reshape") else np.asarray(a)
+    b = b if hasattr(b, "shape") else np.asarray(b)
+    return kernel.call(a.reshape((*a.shape, *(1,) * len(b.shape))), b, **kwargs)
+
+
+def _host_ufunc(kernel: Kernel, target: str) -> Any:
+    if target not in ("auto", "cpu", "parallel"):
+        raise ValueError(f"{kernel.__name__}: target {target!r} is not available for this method "
+                         "on host arrays; use 'cpu' or 'parallel'")
+    compiled = kernel.compiled("cpu" if target == "auto" else target)
+    return getattr(compiled, "ufunc", compiled)
+
+
+def _host_loop(kernel: Kernel, array: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.dtype]:
+    """``array`` cast to the loop gpufuncs' dtype rules choose, and the result dtype."""
+    dt = kernel._dtype_of(array, "the input")
+    loop, result = kernel._loop_dtype([dt], dtype)
+    kernel._check_casting([dt], loop, result, None, "same_kind")
+    return np.asarray(array, dtype=loop), result
+
+
+def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: Any = None,
+           keepdims: bool = False, initial: Any = _NO_VALUE, where: Any = True,
+           target: str = "auto") -> Any:
+    """Reduce ``array`` along ``axis`` by repeated application, like :meth:`numpy.ufunc.reduce`."""
+    require_binary(kernel, "reduce")
+    from .dispatch import _is_device_array
+
+    if _is_device_array(array) or target == "cuda":
+        return _device_reduce(kernel, array, axis, keepdims)
+    array = np.asarray(array)
+    values, result = _host_loop(kernel, array, dtype)
+    ufunc = _host_ufunc(kernel, target)
+    if initial is _NO_VALUE and kernel.identity is not None and _reduces_nothing(array, axis):
+        initial = kernel.identity  # Numba can store only 0 or 1 as a ufunc's own identity
+    reduced = ufunc.reduce(values, axis=axis, dtype=values.dtype, keepdims=keepdims,
+                           initial=initial, where=where)
+    return _finish(reduced, result, out)
+
+
+def accumulate(kernel: Kernel, array: Any, axis: int = 0, dtype: Any = None, out: Any = None,
+               target: str = "auto") -> Any:
+    """Running reduction along ``axis``, like :meth:`numpy.ufunc.accumulate` (host targets)."""
+    require_binary(kernel, "accumulate")
+    values, result = _host_loop(kernel, np.asarray(array), dtype)
+    accumulated = _host_ufunc(kernel, target).accumulate(values, axis=axis, dtype=values.dtype)
+    return _finish(accumulated, result, out)
+
+
+def at(kernel: Kernel, array: np.ndarray, indices: Any, b: Any, target: str = "auto") -> None:
+    """In place ``array[indices] = kernel(array[indices], b)``, unbuffered (host targets)."""
+    require_binary(kernel, "at")
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{kernel.__name__}.at needs a NumPy array to modify in place, "
+                        f"got {type(array).__name__}")
+    if kernel.spec.loop_for(array.dtype) is None:
+        raise TypeError(f"{kernel.__name__}.at: the array's dtype {array.dtype} has no loop; "
+                        f"loops: {', '.join(kernel.types)}")
+    if not array.flags.writeable:
+        raise ValueError(f"{kernel.__name__}.at: the array is read-only")
+    _host_ufunc(kernel, target).at(array, indices, np.asarray(b, dtype=array.dtype))
+
+
+def _reduces_nothing(array: np.ndarray, axis: Any) -> bool:
+    axes = range(array.ndim) if axis is None else np.atleast_1d(axis)
+    return any(array.shape[ax] == 0 for ax in axes)
+
+
+def _finish(values: Any, result: np.dtype, out: Any) -> Any:
+    """Cast to the result dtype, or copy into ``out`` (validated by NumPy's copyto)."""
+    if out is None:
+        return values.astype(result) if values.dtype != result else values
+    target = out[0] if isinstance(out, tuple) else out
+    np.copyto(target, values, casting="same_kind")
+    return target
+
+
+def _device_reduce(kernel: Kernel, array: Any, axis: Any, keepdims: bool) -> Any:
+    """Pairwise tree of kernel calls along one axis of a device array (log2(n) launches).
+
+    The pairing differs from NumPy's left-to-right order, like ``numpy.add.reduce``'s pairwise
+    summation: exact for associative kernels, within rounding otherwise.
+    """
+    shape = tuple(array.shape)
+    if not isinstance(axis, int | np.integer):
+        raise ValueError(f"{kernel.__name__}.reduce on cuda reduces one integer axis, got {axis!r}")
+    axis = int(axis) % len(shape)
+    if shape[axis] == 0:
+        raise ValueError(f"{kernel.__name__}.reduce on cuda: cannot reduce an empty axis")
+
+    def part(values: Any, start: int, stop: int) -> Any:
+        return values[(slice(None),) * axis + (slice(start, stop),)]
+
+    n = shape[axis]
+    while n > 1:
+        half = n // 2
+        head = kernel.call(part(array, 0, half), part(array, half, 2 * half), target="cuda")
+        if n % 2:  # fold the odd last element into the last pair's result, in place
+            last = part(head, half - 1, half)
+            kernel.call(last, part(array, n - 1, n), out=last, target="cuda")
+        array, n = head, half
+    kept = (*shape[:axis], 1, *shape[axis + 1:])
+    return array.reshape(kept if keepdims else shape[:axis] + shape[axis + 1:])
