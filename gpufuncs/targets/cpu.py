@@ -93,6 +93,8 @@ class CpuTarget(Target):
             # Numba's ufunc loops cannot take NumPy's write mask: compute everything, then copy
             # the selected positions into ``out`` (kernels are pure, so this only costs time).
             results = self.execute(spec, compiled, plan, inputs, None, True)
+            if outs is None:  # NumPy leaves the masked-out positions undefined: any value will do
+                return results
             for out, result in zip(outs, results):
                 core = (np.newaxis,) * (result.ndim - len(plan.loop_shape))
                 np.copyto(out, result, casting="unsafe", where=np.asarray(where)[(..., *core)])
