@@ -1,0 +1,237 @@
+"""CPU benchmark: every registered kernel on ``cpu``, ``parallel`` and ``auto`` against NumPy/SciPy.
+
+Run ``python benchmarks/bench_cpu.py`` (about five minutes on 2 cores) or ``--quick`` (n up to
+10^6, fewer repetitions, no crossover sweep). Needs SciPy (``pip install ".[bench]"``).
+
+Three tables, saved with :func:`harness.save_results` under ``benchmarks/results/``:
+
+- ``cpu``: times (µs) and ratios at n = 10, 10^4, 10^6, 10^7 for float32 and float64, against
+  the NumPy expression of each kernel (and ``scipy.stats.norm.pdf`` for ``gaussian``).
+  ``hermite_norm`` runs with 8 orders, so n counts samples and each call writes 8n values.
+- ``cpu_overhead``: the public call at n = 10 against the bare Numba ufunc of the ``cpu``
+  target (``gf.get(name, "cpu")``) called with the same arguments.
+- ``cpu_crossover``: ``cpu`` against ``parallel`` on a finer size grid (float64), the output
+  size from which ``parallel`` wins, which sets ``gpufuncs.dispatch.AUTO_PARALLEL_MIN_SIZE``.
+
+As in NumPy's ``bench_ufunc.py``, the tables are generated from the registry and the script
+refuses to run when a registered kernel has no entry in :data:`CASES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.polynomial.hermite_e import hermevander
+
+import gpufuncs as gf
+
+try:  # run as a script (python benchmarks/bench_cpu.py) or as a module (-m benchmarks.bench_cpu)
+    from harness import format_table, machine_info, measure, save_results
+except ImportError:
+    from .harness import format_table, machine_info, measure, save_results
+
+TARGETS = ("cpu", "parallel", "auto")
+DTYPES = (np.float32, np.float64)
+SIZES = (10, 10**4, 10**6, 10**7)
+QUICK_SIZES = (10, 10**4, 10**6)
+CROSSOVER_SIZES = (*(m * 10**e for e in range(3, 7) for m in (1, 3)), 10**7)
+OVERHEAD_SIZE = 10
+ORDERS = 8  # hermite_norm's n in every table
+X0, SIGMA = 0.5, 1.5
+SQRT_2PI = math.sqrt(2 * math.pi)
+
+
+def _gaussian_numpy(x, x0, s):
+    return np.exp(-0.5 * ((x - x0) / s) ** 2) / (s * SQRT_2PI)
+
+
+def _gaussian_scipy(x, x0, s):
+    from scipy.stats import norm
+
+    return norm.pdf(x, loc=x0, scale=s)
+
+
+def _hermite_numpy(x, n):
+    inv_sqrt_factorial = np.array([1 / math.sqrt(math.factorial(k)) for k in range(n)], x.dtype)
+    return hermevander(x, n - 1) * inv_sqrt_factorial
+
+
+def _bare_call(compiled, *args):
+    return compiled(*args)
+
+
+def _hermite_bare(compiled, x, n):
+    # Numba gufuncs cannot allocate output-only core dimensions: the bare call gets a new ``out``.
+    return compiled(x, np.empty((*x.shape, n), x.dtype))
+
+
+@dataclass(frozen=True)
+class Case:
+    """How to benchmark one kernel: its arguments from the sample array, and what it competes with.
+
+    Attributes
+    ----------
+    args : callable
+        ``args(x)``: the kernel's arguments (and the expressions') for samples ``x``.
+    expressions : dict
+        Label -> NumPy/SciPy function of the same arguments; the first is the baseline.
+    outputs_per_sample : int
+        Output elements per sample (the ``auto`` threshold counts output elements).
+    bare : callable
+        ``bare(compiled, *args)`` calls the compiled Numba object as its user would.
+    """
+
+    args: Callable[[np.ndarray], tuple[Any, ...]]
+    expressions: dict[str, Callable[..., Any]]
+    outputs_per_sample: int = 1
+    bare: Callable[..., Any] = _bare_call
+
+
+CASES: dict[str, Case] = {
+    "gaussian": Case(lambda x: (x, X0, SIGMA), {"numpy": _gaussian_numpy, "scipy": _gaussian_scipy}),
+    "exp": Case(lambda x: (x,), {"numpy": np.exp}),
+    "clamp": Case(lambda x: (x, -1.0, 1.0), {"numpy": np.clip}),
+    "hermite_norm": Case(lambda x: (x, ORDERS), {"numpy": _hermite_numpy}, ORDERS, _hermite_bare),
+}
+
+
+def check_cases() -> None:
+    """Raise if a registered kernel has no benchmark case (NumPy's bench_ufunc check)."""
+    missing = sorted(set(gf.names()) - set(CASES))
+    if missing:
+        raise LookupError(f"registered kernels without a benchmark case in bench_cpu.CASES: {missing}")
+
+
+def samples(n: int, dtype: type) -> np.ndarray:
+    """``n`` samples of ``dtype``, uniform on [-4, 4] (the bulk of every kernel's domain)."""
+    return np.random.default_rng(n).uniform(-4.0, 4.0, n).astype(dtype)
+
+
+def timed(fn: Callable[[], Any], n: int, quick: bool) -> float:
+    """Median µs per call; fewer repetitions for large or quick runs."""
+    repeat = 5 if quick or n >= 10**6 else 15
+    return 1e6 * measure(fn, repeat=repeat, warmup=1 if n >= 10**6 else 3)
+
+
+def target_times(kernel: gf.Kernel, args: tuple[Any, ...], n: int, quick: bool,
+                 targets: tuple[str, ...] = TARGETS) -> dict[str, float]:
+    """µs per call of the public ``kernel`` on each target."""
+    return {t: timed(lambda t=t: kernel(*args, target=t), n, quick) for t in targets}
+
+
+def main_row(name: str, dtype: type, n: int, quick: bool) -> dict[str, Any]:
+    """One row of the main table: kernel on every target and the expressions, with ratios."""
+    case, kernel = CASES[name], gf.registry[name]
+    args = case.args(samples(n, dtype))
+    row: dict[str, Any] = {"kernel": name, "dtype": np.dtype(dtype).name, "n": n,
+                           **target_times(kernel, args, n, quick)}
+    with np.errstate(all="ignore"):
+        row.update({label: timed(lambda f=f: f(*args), n, quick) for label, f in case.expressions.items()})
+    baseline = row[next(iter(case.expressions))]
+    for t in TARGETS:
+        row[f"{t}/np"] = row[t] / baseline
+    row["auto/best"] = row["auto"] / min(row["cpu"], row["parallel"])
+    if "scipy" in row:
+        row["cpu/scipy"] = row["cpu"] / row["scipy"]
+    return row
+
+
+def overhead_row(name: str, dtype: type) -> dict[str, Any]:
+    """Public call vs the bare Numba ``cpu`` ufunc at ``OVERHEAD_SIZE`` elements."""
+    case, kernel = CASES[name], gf.registry[name]
+    args, compiled = case.args(samples(OVERHEAD_SIZE, dtype)), gf.get(name, "cpu")
+    row = {"kernel": name, "dtype": np.dtype(dtype).name,
+           "public": timed(lambda: kernel(*args), OVERHEAD_SIZE, False),
+           "public cpu": timed(lambda: kernel(*args, target="cpu"), OVERHEAD_SIZE, False),
+           "bare": timed(lambda: case.bare(compiled, *args), OVERHEAD_SIZE, False)}
+    row["public/bare"] = row["public"] / row["bare"]
+    return row
+
+
+def crossover_rows(name: str) -> list[dict[str, Any]]:
+    """cpu vs parallel (float64) over :data:`CROSSOVER_SIZES`, sizes in output elements."""
+    case, kernel = CASES[name], gf.registry[name]
+    rows = []
+    for n in CROSSOVER_SIZES:
+        times = target_times(kernel, case.args(samples(n, np.float64)), n, False, ("cpu", "parallel"))
+        rows.append({"kernel": name, "outputs": n * case.outputs_per_sample, **times,
+                     "parallel/cpu": times["parallel"] / times["cpu"]})
+    return rows
+
+
+def crossover(rows: list[dict[str, Any]]) -> int | None:
+    """Smallest output size from which ``parallel`` beats ``cpu`` at (nearly) every larger size.
+
+    One noisy point in four above the crossover is tolerated; ``None`` if ``parallel`` never wins.
+    """
+    ratios = [r["parallel/cpu"] for r in rows]
+    for i, row in enumerate(rows):
+        above = ratios[i:]
+        if ratios[i] < 1.0 and sum(r >= 1.0 for r in above) <= len(above) // 4:
+            return row["outputs"]
+    return None
+
+
+def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> dict[str, str]:
+    """The issue's three targets for this machine, each with its measured figure."""
+    gauss = next(r for r in main if (r["kernel"], r["dtype"], r["n"]) == ("gaussian", "float64", 10**6))
+    over = max(overhead, key=lambda r: r["public/bare"])
+    auto = max(main, key=lambda r: r["auto/best"])
+
+    def verdict(value: float, limit: float, where: str) -> str:
+        return f"{value:.2f} (limit {limit}) {'met' if value <= limit else 'NOT MET'} {where}"
+
+    return {
+        "gaussian float64 n=1e6 cpu/numpy": verdict(gauss["cpu/np"], 1.0, ""),
+        "overhead n=10 public/bare (worst)": verdict(
+            over["public/bare"], 2.0, f"[{over['kernel']} {over['dtype']}]"),
+        "auto/best(cpu, parallel) (worst)": verdict(
+            auto["auto/best"], 1.2, f"[{auto['kernel']} {auto['dtype']} n={auto['n']}]"),
+    }
+
+
+def report(title: str, name: str, rows: list[dict[str, Any]], meta: dict[str, Any], save: bool) -> None:
+    """Print one table and, unless ``save`` is false, store it as ``results/<name>.{txt,json}``."""
+    columns = list(dict.fromkeys(c for r in rows for c in r))
+    print(f"\n{title}\n{format_table(rows, columns)}")
+    if save:
+        save_results(name, rows, columns, meta)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the three tables, print them and the targets' verdicts, save the results."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="n <= 10^6, fewer repeats, no crossover; "
+                        "results are printed, not saved")
+    parser.add_argument("--name", default="cpu", help="results file name (default: cpu), e.g. to keep "
+                        "a run with another NUMBA_THREADING_LAYER apart")
+    opts = parser.parse_args(argv)
+    check_cases()
+    load_before = os.getloadavg()[0]  # other work on the machine skews every figure
+    sizes = QUICK_SIZES if opts.quick else SIZES
+    main_rows = [main_row(name, dtype, n, opts.quick) for name in gf.names() for dtype in DTYPES
+                 for n in sizes]
+    overhead = [overhead_row(name, dtype) for name in gf.names() for dtype in DTYPES]
+    cross = [] if opts.quick else [row for name in gf.names() for row in crossover_rows(name)]
+    meta = machine_info({"load average (1 min) before": load_before,
+                         "auto_parallel_min_size": gf.AUTO_PARALLEL_MIN_SIZE, "unit": "µs per call",
+                         **verdicts(main_rows, overhead)})
+    if cross:
+        meta["crossover (output elements)"] = {
+            name: crossover([r for r in cross if r["kernel"] == name]) for name in gf.names()}
+    save = not opts.quick
+    report("times (µs) and ratios; np = the NumPy expression", opts.name, main_rows, meta, save)
+    report(f"call overhead at n={OVERHEAD_SIZE} (µs)", f"{opts.name}_overhead", overhead, meta, save)
+    if cross:
+        report("cpu vs parallel, float64, by output elements", f"{opts.name}_crossover", cross, meta, save)
+    print("\n" + "\n".join(f"{k}: {v}" for k, v in meta.items()))
+
+
+if __name__ == "__main__":
+    main()
