@@ -21,9 +21,13 @@ from .spec import KernelSpec
 from .targets import TARGET_NAMES, CudaUnavailableError, Plan, get_target
 
 #: ``target="auto"`` runs host arrays on ``parallel`` from this many output elements up, on
-#: ``cpu`` below. Measured on the 2-core CI machine with ``benchmarks/bench_cpu.py`` (see
-#: ``benchmarks/results/``): below it the thread start-up of ``parallel`` costs more than it saves.
-AUTO_PARALLEL_MIN_SIZE = 100_000
+#: ``cpu`` below. Measured on the 2-core CI machine (Numba's default ``omp`` threading layer) with
+#: ``benchmarks/bench_cpu.py``, table ``benchmarks/results/cpu_crossover.txt``: ``parallel`` never
+#: beat ``cpu`` for the elementwise kernels up to 10^7 elements (1.2x-9x slower at every size: the
+#: omp layer calls the ufunc loop once per element), while ``hermite_norm`` (8 outputs per call)
+#: gains from about 10^4 outputs. One threshold cannot serve both; this one keeps elementwise
+#: kernels on ``cpu``. Re-measure it whenever the parallel target or threading layer changes.
+AUTO_PARALLEL_MIN_SIZE = 10**9
 
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 _ORDERS = ("K", "A", "C", "F")
