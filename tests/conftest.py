@@ -1,0 +1,55 @@
+"""Shared test configuration: Hypothesis profiles, the ``cuda`` marker, registry hygiene.
+
+Hypothesis profiles (``HYPOTHESIS_PROFILE`` overrides the choice):
+
+- ``ci`` (chosen when ``CI`` is set): deterministic (``derandomize=True``, no example database),
+  few examples, no deadline; keeps the whole suite well inside its budget on 2 cores.
+- ``dev`` (default otherwise): random, a few more examples, failures saved to ``.hypothesis/``.
+- ``thorough``: many examples, for a long local or nightly run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import gpufuncs as gf
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+settings.register_profile("ci", max_examples=60, derandomize=True, database=None, deadline=None,
+                          print_blob=True, suppress_health_check=_SLOW_OK)
+settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile("thorough", max_examples=2000, deadline=None,
+                          suppress_health_check=_SLOW_OK)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hypothesis profile: {settings.get_current_profile_name()}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``@pytest.mark.cuda`` tests, saying why, when this machine cannot run CUDA."""
+    cuda_items = [item for item in items if item.get_closest_marker("cuda")]
+    if not cuda_items or "cuda" in gf.available_targets():
+        return
+    from gpufuncs.targets import get_target
+
+    skip = pytest.mark.skip(reason=f"no usable CUDA GPU: {get_target('cuda').unavailable_reason()}")
+    for item in cuda_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture
+def restore_registry():
+    """Undo any kernel registration a test makes (broken or reference-less test kernels).
+
+    The registry has no public way to unregister, so this snapshots its private dict.
+    """
+    saved = dict(gf.registry._kernels)
+    yield gf.registry
+    gf.registry._kernels.clear()
+    gf.registry._kernels.update(saved)
