@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -113,26 +114,34 @@ def samples(n: int, dtype: type) -> np.ndarray:
     return np.random.default_rng(n).uniform(-4.0, 4.0, n).astype(dtype)
 
 
-def timed(fn: Callable[[], Any], n: int, quick: bool) -> float:
-    """Median µs per call; fewer repetitions for large or quick runs."""
-    repeat = 5 if quick or n >= 10**6 else 15
-    return 1e6 * measure(fn, repeat=repeat, warmup=1 if n >= 10**6 else 3)
+def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> dict[str, float]:
+    """Median µs per call of each function, measured in alternating rounds.
+
+    The machines are noisy and drift over seconds; interleaving the contenders exposes them all
+    to the same conditions, so their ratios are steadier than back-to-back blocks would give.
+    """
+    rounds = 3 if quick else 7 if n >= 10**6 else 11
+    found: dict[str, list[float]] = {label: [] for label in fns}
+    for _ in range(rounds):
+        for label, fn in fns.items():
+            found[label].append(measure(fn, warmup=1, repeat=1 if n >= 10**6 else 3))
+    return {label: 1e6 * statistics.median(times) for label, times in found.items()}
 
 
-def target_times(kernel: gf.Kernel, args: tuple[Any, ...], n: int, quick: bool,
-                 targets: tuple[str, ...] = TARGETS) -> dict[str, float]:
-    """µs per call of the public ``kernel`` on each target."""
-    return {t: timed(lambda t=t: kernel(*args, target=t), n, quick) for t in targets}
+def on_targets(kernel: gf.Kernel, args: tuple[Any, ...],
+               targets: tuple[str, ...] = TARGETS) -> dict[str, Callable[[], Any]]:
+    """Calls of the public ``kernel`` on each target, by target name."""
+    return {t: lambda t=t: kernel(*args, target=t) for t in targets}
 
 
 def main_row(name: str, dtype: type, n: int, quick: bool) -> dict[str, Any]:
     """One row of the main table: kernel on every target and the expressions, with ratios."""
     case, kernel = CASES[name], gf.registry[name]
     args = case.args(samples(n, dtype))
-    row: dict[str, Any] = {"kernel": name, "dtype": np.dtype(dtype).name, "n": n,
-                           **target_times(kernel, args, n, quick)}
+    expressions = {label: lambda f=f: f(*args) for label, f in case.expressions.items()}
     with np.errstate(all="ignore"):
-        row.update({label: timed(lambda f=f: f(*args), n, quick) for label, f in case.expressions.items()})
+        times = timed({**on_targets(kernel, args), **expressions}, n, quick)
+    row: dict[str, Any] = {"kernel": name, "dtype": np.dtype(dtype).name, "n": n, **times}
     baseline = row[next(iter(case.expressions))]
     for t in TARGETS:
         row[f"{t}/np"] = row[t] / baseline
@@ -146,10 +155,9 @@ def overhead_row(name: str, dtype: type) -> dict[str, Any]:
     """Public call vs the bare Numba ``cpu`` ufunc at ``OVERHEAD_SIZE`` elements."""
     case, kernel = CASES[name], gf.registry[name]
     args, compiled = case.args(samples(OVERHEAD_SIZE, dtype)), gf.get(name, "cpu")
-    row = {"kernel": name, "dtype": np.dtype(dtype).name,
-           "public": timed(lambda: kernel(*args), OVERHEAD_SIZE, False),
-           "public cpu": timed(lambda: kernel(*args, target="cpu"), OVERHEAD_SIZE, False),
-           "bare": timed(lambda: case.bare(compiled, *args), OVERHEAD_SIZE, False)}
+    times = timed({"public": lambda: kernel(*args), "public cpu": lambda: kernel(*args, target="cpu"),
+                   "bare": lambda: case.bare(compiled, *args)}, OVERHEAD_SIZE, False)
+    row: dict[str, Any] = {"kernel": name, "dtype": np.dtype(dtype).name, **times}
     row["public/bare"] = row["public"] / row["bare"]
     return row
 
@@ -159,7 +167,7 @@ def crossover_rows(name: str) -> list[dict[str, Any]]:
     case, kernel = CASES[name], gf.registry[name]
     rows = []
     for n in CROSSOVER_SIZES:
-        times = target_times(kernel, case.args(samples(n, np.float64)), n, False, ("cpu", "parallel"))
+        times = timed(on_targets(kernel, case.args(samples(n, np.float64)), ("cpu", "parallel")), n, False)
         rows.append({"kernel": name, "outputs": n * case.outputs_per_sample, **times,
                      "parallel/cpu": times["parallel"] / times["cpu"]})
     return rows
