@@ -68,7 +68,7 @@ def test_kernel_without_reference_fails_check(restore_registry):
     def props_no_reference(x):
         return x
 
-    with pytest.raises(AssertionError, match="props_no_reference.*declares no reference"):
+    with pytest.raises(AssertionError, match=r"props_no_reference.*declares no reference"):
         check_kernel(props_no_reference, max_examples=5)
     with pytest.raises(AssertionError, match="props_no_reference"):
         test_every_registered_kernel_has_a_reference()
