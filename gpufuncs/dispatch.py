@@ -38,10 +38,15 @@ _UNSUPPORTED_KINDS = {"c": "complex", "O": "object", "U": "string", "S": "bytes"
 
 
 def _is_device_array(obj: Any) -> bool:
-    """True for GPU arrays (``__cuda_array_interface__`` or a CUDA DLPack device)."""
+    """True for GPU arrays (``__cuda_array_interface__``, a CUDA DLPack device, or the CUDA
+    simulator's arrays, which stand in for Numba device arrays under ``NUMBA_ENABLE_CUDASIM``)."""
     if isinstance(obj, _HOST_TYPES):
         return False
-    if hasattr(obj, "__cuda_array_interface__"):
+    cls = type(obj)
+    # Looked up on the class first: torch computes the interface dict on every access.
+    if hasattr(cls, "__cuda_array_interface__") or getattr(cls, "__cuda_ndarray__", False):
+        return True
+    if "__cuda_array_interface__" in getattr(obj, "__dict__", ()):
         return True
     dlpack_device = getattr(obj, "__dlpack_device__", None)
     # 2 = kDLCUDA, 13 = kDLCUDAManaged
@@ -480,11 +485,18 @@ def _device_dtype(obj: Any) -> np.dtype:
     dt = getattr(obj, "dtype", None)
     if isinstance(dt, np.dtype):
         return dt
-    return np.dtype(obj.__cuda_array_interface__["typestr"])
+    from .targets.cuda.arrays import device_dtype  # torch dtypes, the CAI typestr, DLPack
+
+    return device_dtype(obj)
 
 
 def _device_shape(obj: Any) -> tuple[int, ...]:
-    return tuple(obj.__cuda_array_interface__["shape"])
+    shape = getattr(obj, "shape", None)  # Numba, CuPy, torch: cheaper than the interface dict
+    if shape is not None:
+        return tuple(shape)
+    from .targets.cuda.arrays import device_shape
+
+    return device_shape(obj)
 
 
 def _shape_of(obj: Any) -> tuple[int, ...]:

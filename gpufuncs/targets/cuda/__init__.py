@@ -1,12 +1,26 @@
-"""The ``cuda`` target (in progress): availability detection.
+"""The ``cuda`` target: the same scalar kernels, compiled with numba-cuda, launched on the GPU.
 
-Importing this package never initialises CUDA; :meth:`CudaTarget.unavailable_reason` does, once.
+Modules:
+
+* ``compile`` -- the scalar function as a device function, one ``cuda.jit`` kernel per arity
+  (cached on disk), and Numba's own CUDA ufunc objects for ``gpufuncs.get(name, "cuda")``;
+* ``launch`` -- a validated call on device arrays: streams, operands, outputs, strides, launch;
+* ``arrays`` -- Numba, CuPy, torch, ``__cuda_array_interface__`` and DLPack arrays, and new
+  outputs of the first input's kind;
+* ``host`` -- host NumPy arrays, moved in pinned, pipelined chunks;
+* ``runtime`` -- streams, the memory pool, copies and launches through ``cuda.core`` (or the
+  CUDA simulator under ``NUMBA_ENABLE_CUDASIM=1``).
+
+The public call path never goes through Numba's CUDA ufunc dispatcher, which costs close to a
+millisecond per call. Importing this package never initialises CUDA; the first call does.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+import threading
 from typing import Any
 
 from ...spec import KernelSpec
@@ -27,19 +41,61 @@ def _unavailable_reason() -> str | None:
         cuda.get_current_device()
     except Exception as exc:  # driver present but broken, device busy, ...
         return f"CUDA could not be initialised: {exc}"
+    try:
+        importlib.import_module("cuda.core")  # the launch layer
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        return f"cuda-core is not installed ({exc}); install gpufuncs[cuda]"
     return None
 
 
 class CudaTarget(Target):
-    """Kernels compiled with numba-cuda and launched on the GPU."""
+    """Kernels compiled with numba-cuda and launched on the GPU through ``cuda.core``."""
 
     name = "cuda"
+
+    def __init__(self) -> None:
+        # Our own kernels per spec (by identity: specs hold dicts and are not hashable). The
+        # compiled object the dispatcher caches is Numba's CUDA ufunc, for gpufuncs.get().
+        self._kernels: dict[int, tuple[KernelSpec, Any]] = {}
+        self._lock = threading.Lock()
 
     def unavailable_reason(self) -> str | None:
         return _unavailable_reason()
 
     def compile(self, spec: KernelSpec) -> Any:
-        raise NotImplementedError("the cuda target is not implemented yet")
+        """Numba's ``@vectorize`` / ``@guvectorize`` object with ``target="cuda"``."""
+        from .compile import numba_object
 
-    def execute(self, spec, compiled, plan: Plan, inputs, outs, where, **options) -> tuple[Any, ...]:
-        raise NotImplementedError("the cuda target is not implemented yet")
+        return numba_object(spec)
+
+    def kernels(self, spec: KernelSpec) -> Any:
+        """The :class:`~.compile.CudaKernels` of ``spec`` (kernels compile per call types)."""
+        found = self._kernels.get(id(spec))
+        if found is None or found[0] is not spec:
+            from .compile import CudaKernels
+
+            with self._lock:
+                found = self._kernels.get(id(spec))
+                if found is None or found[0] is not spec:
+                    found = self._kernels[id(spec)] = (spec, CudaKernels(spec))
+        return found[1]
+
+    def execute(
+        self,
+        spec: KernelSpec,
+        compiled: Any,
+        plan: Plan,
+        inputs: list[Any],
+        outs: tuple[Any, ...] | None,
+        where: Any,
+        stream: Any = None,
+        **options: Any,
+    ) -> tuple[Any, ...]:
+        """Run ``plan``: on device arrays in place, on host arrays through pinned chunks."""
+        from ...dispatch import _is_device_array
+
+        if any(_is_device_array(a) for a in (*inputs, *(outs or ()))):
+            from .launch import run
+        else:
+            from .host import run
+        return run(spec, self.kernels(spec), plan, inputs, outs, where, stream)

@@ -1,0 +1,250 @@
+"""Host NumPy arrays on the cuda target: chunked, pinned, pipelined transfers.
+
+Copying pageable NumPy memory to the GPU runs at a fraction of the PCIe speed, and a whole input
+may not fit in GPU memory. So the loop is cut into chunks, and each chunk goes through one of
+:data:`SLOTS` slots, each with its own stream, pinned staging buffers and device buffers:
+
+    pack (threads copy the chunk into pinned memory)  ->  copy to the device  ->  kernel
+    ->  copy back into pinned memory  ->  unpack (threads copy into the result, ``where=`` applied)
+
+While the CPU packs chunk ``c``, the GPU copies and computes chunks ``c-1`` and ``c-2``, and the
+copy engines move data both ways at once. GPU memory in use is bounded by the slots, not by the
+input size. Pinned buffers are kept between calls (allocating page-locked memory is slow).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ...spec import KernelSpec
+from ..base import Plan
+from .arrays import Operand, c_strides, stream_handle
+from .compile import CudaKernels
+from .launch import _by_value, launch
+from .runtime import get_runtime
+
+#: Slots in flight (three: one packing, one on the GPU, one unpacking).
+SLOTS = 3
+#: Bytes of the widest operand per chunk (8 MiB: 24 chunks for 10**8 float64 values).
+CHUNK_BYTES = 8 << 20
+#: Copies larger than this are split across threads (NumPy releases the GIL while copying).
+_PARALLEL_COPY_BYTES = 1 << 20
+_THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))
+
+_lock = threading.Lock()  # one host pipeline at a time: the slots' buffers and streams are shared
+_pool: ThreadPoolExecutor | None = None
+_pinned: dict[tuple[int, int], np.ndarray] = {}
+_streams: list[Any] = []
+
+
+def _copy(dst: np.ndarray, src: np.ndarray, where: Any = True) -> None:
+    """``np.copyto`` split along the first axis over threads for large arrays."""
+    global _pool
+    rows = dst.shape[0] if dst.ndim else 1
+    if dst.nbytes < _PARALLEL_COPY_BYTES or rows < 2 * _THREADS:
+        np.copyto(dst, src, casting="unsafe", where=where)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="gpufuncs-copy")
+    bounds = np.linspace(0, rows, _THREADS + 1).astype(int)
+    where = np.broadcast_to(where, dst.shape) if where is not True else None
+    jobs = [_pool.submit(np.copyto, dst[a:b], src[a:b], casting="unsafe",
+                         where=True if where is None else where[a:b])
+            for a, b in itertools.pairwise(bounds)]
+    for job in jobs:
+        job.result()
+
+
+def _staging(slot: int, index: int, nbytes: int) -> np.ndarray:
+    """The pinned buffer ``index`` of ``slot``, grown as needed and kept for later calls."""
+    found = _pinned.get((slot, index))
+    if found is None or found.nbytes < nbytes:
+        found = _pinned[(slot, index)] = get_runtime().pinned(nbytes)
+    return found
+
+
+def _slot_streams() -> list[Any]:
+    runtime = get_runtime()
+    while len(_streams) < SLOTS:
+        _streams.append(runtime.new_stream())
+    return _streams
+
+
+def _chunks(loop_shape: tuple[int, ...], capacity: int,
+            prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Index expressions over the loop dimensions, each selecting at most ``capacity`` elements.
+
+    Whole rows of the first dimension go together; a row larger than ``capacity`` is split
+    along the next dimension, recursively. Every expression ends with a slice.
+    """
+    row = math.prod(loop_shape[1:])
+    if row <= capacity or len(loop_shape) == 1:
+        step = max(1, capacity // max(row, 1))
+        for start in range(0, loop_shape[0], step):
+            yield (*prefix, slice(start, min(start + step, loop_shape[0])))
+        return
+    for i in range(loop_shape[0]):
+        yield from _chunks(loop_shape[1:], capacity, (*prefix, i))
+
+
+class _Pipeline:
+    """The state of one chunked call: host views, slots, and the chunk each slot holds."""
+
+    def __init__(self, spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
+                 results: tuple[np.ndarray, ...], where: Any) -> None:
+        self.spec, self.kernels, self.plan = spec, kernels, plan
+        loop = plan.loop.dtype
+        self.cores = ([len(d) for d in (*spec.layout.inputs, *spec.layout.outputs)]
+                      if spec.layout else [0] * (spec.nin + spec.nout))
+        loop_shape = plan.loop_shape or (1,)
+        lead = () if plan.loop_shape else (np.newaxis,)
+        self.scalars = [_by_value(a, loop) for a in inputs]
+        self.views = [None if s is not None else
+                      np.broadcast_to(np.asarray(a), plan.loop_shape + _core_shape(np.shape(a), c))[lead]
+                      for a, s, c in zip(inputs, self.scalars, self.cores)]
+        self.outs = [r[lead] for r in results]
+        self.where = None if where is True else np.broadcast_to(np.asarray(where), plan.loop_shape)[lead]
+        self.loop_shape = loop_shape
+        if all(v is None or v.flags.c_contiguous for v in [*self.views, *self.outs]) and (
+                self.where is None or self.where.flags.c_contiguous):
+            self._flatten()
+        # Device-side dtypes: inputs as given (fewer bytes to move), ufunc outputs in the result
+        # dtype, gufunc outputs in the loop dtype (core operands are computed in place).
+        self.out_dtypes = [plan.result_dtype if spec.layout is None else loop for _ in self.outs]
+        widest = max([v.dtype.itemsize * _core_size(v, c) for v, c in zip(self.views, self.cores)
+                      if v is not None] + [d.itemsize * _core_size(o, c) for o, d, c in
+                                           zip(self.outs, self.out_dtypes, self.cores[spec.nin:])])
+        self.capacity = max(1, CHUNK_BYTES // widest)
+
+    def _flatten(self) -> None:
+        n = math.prod(self.loop_shape)
+        nd = len(self.loop_shape)
+
+        def flat(v: np.ndarray) -> np.ndarray:
+            return v.reshape((n, *v.shape[nd:]))
+
+        self.views = [None if v is None else flat(v) for v in self.views]
+        self.outs = [flat(o) for o in self.outs]
+        self.where = None if self.where is None else self.where.reshape(n)
+        self.loop_shape = (n,)
+
+    def run(self, stream: Any) -> None:
+        runtime = get_runtime()
+        streams = _slot_streams()
+        if stream is not None:
+            user = runtime.stream(stream_handle(stream))
+            for s in streams:
+                s.wait(user)  # start after the caller's pending work on its stream
+        pending: list[Any] = [None] * SLOTS
+        for c, index in enumerate(_chunks(self.loop_shape, self.capacity)):
+            slot = c % SLOTS
+            if pending[slot] is not None:
+                self._finish(*pending[slot])
+            pending[slot] = self._issue(slot, index, streams[slot])
+        for c in range(SLOTS):
+            if pending[c] is not None:
+                self._finish(*pending[c])
+
+    def _issue(self, slot: int, index: tuple[Any, ...], stream: Any) -> tuple[Any, ...]:
+        """Pack chunk ``index`` and queue its copies and kernel on ``stream``."""
+        runtime = get_runtime()
+        args: list[Any] = []
+        keep: list[Any] = []
+        loop = self.plan.loop.dtype
+        for k, (view, scalar) in enumerate(zip(self.views, self.scalars)):
+            if view is None:
+                args.append(scalar)
+                continue
+            part = view[index]
+            dtype = loop if self.cores[k] else part.dtype  # core operands are used in place
+            nbytes = part.size * dtype.itemsize
+            host = _staging(slot, k, nbytes)[:nbytes].view(dtype).reshape(part.shape)
+            _copy(host, part)
+            buffer = runtime.allocate(nbytes, stream)
+            runtime.copy(_address(buffer), host.ctypes.data, nbytes, stream)
+            args.append(_operand(buffer, part.shape, dtype))
+            keep.append(buffer)
+        outs = []
+        for k, (out, dtype) in enumerate(zip(self.outs, self.out_dtypes)):
+            part = out[index]
+            buffer = runtime.allocate(part.size * dtype.itemsize, stream)
+            outs.append(_operand(buffer, part.shape, dtype, self.cores[self.spec.nin + k]))
+            keep.append(buffer)
+        chunk_shape = np.broadcast_to(np.empty((), bool), self.loop_shape)[index].shape
+        launch(self.kernels, loop, [*args, *outs], self.cores, len(outs), None, chunk_shape, stream)
+        staged = []
+        for k, op in enumerate(outs):
+            nbytes = math.prod(op.shape) * op.dtype.itemsize
+            host = _staging(slot, len(self.views) + k, nbytes)[:nbytes].view(op.dtype)
+            runtime.copy(host.ctypes.data, op.ptr, nbytes, stream)
+            staged.append(host)
+        return index, outs, staged, stream.record(), keep
+
+    def _finish(self, index: tuple[Any, ...], outs: list[Operand], staged: list[np.ndarray],
+                done: Any, keep: list[Any]) -> None:
+        """Wait for a chunk's copies back, then unpack it into the results."""
+        done.sync()
+        where = True if self.where is None else self.where[index]
+        for k, (op, host) in enumerate(zip(outs, staged)):
+            core = self.cores[self.spec.nin + k]
+            values = _logical_view(host, op.shape, core)
+            mask = where if where is True else where[(..., *(np.newaxis,) * core)]
+            _copy(self.outs[k][index], values, mask)
+
+
+def _core_shape(shape: tuple[int, ...], core: int) -> tuple[int, ...]:
+    return tuple(shape[len(shape) - core:]) if core else ()
+
+
+def _core_size(view: np.ndarray, core: int) -> int:
+    return math.prod(view.shape[view.ndim - core:]) if core else 1
+
+
+def _address(buffer: Any) -> int:
+    return buffer.ptr if hasattr(buffer, "ptr") else int(buffer.handle)
+
+
+def _order_major(shape: tuple[int, ...], core: int) -> tuple[int, ...]:
+    """Logical axes from outermost to innermost in memory: core dimensions first."""
+    loop = len(shape) - core
+    return (*range(loop, len(shape)), *range(loop))
+
+
+def _operand(buffer: Any, shape: tuple[int, ...], dtype: np.dtype, core: int = 0) -> Operand:
+    """A contiguous device chunk (order-major for core outputs, like the device path)."""
+    axes = _order_major(shape, core)
+    storage = c_strides(tuple(shape[a] for a in axes), dtype.itemsize)
+    strides = [0] * len(shape)
+    for position, axis in enumerate(axes):
+        strides[axis] = storage[position]
+    return Operand(buffer, "chunk", _address(buffer), tuple(shape), tuple(strides), np.dtype(dtype), None)
+
+
+def _logical_view(host: np.ndarray, shape: tuple[int, ...], core: int) -> np.ndarray:
+    axes = _order_major(shape, core)
+    stored = host.reshape(tuple(shape[a] for a in axes))
+    return stored.transpose(tuple(int(i) for i in np.argsort(axes)))
+
+
+def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
+        outs: tuple[np.ndarray, ...] | None, where: Any, stream: Any) -> tuple[np.ndarray, ...]:
+    """Execute ``plan`` on host arrays through the GPU; returns host arrays like the cpu target."""
+    if where is not True and outs is None:
+        where = True  # like NumPy, masked positions of a new output are undefined
+    results = outs or tuple(np.empty(shape, plan.result_dtype, order=plan.order)
+                            for shape in plan.out_shapes)
+    if math.prod(plan.loop_shape) == 0:
+        return results
+    runtime = get_runtime()
+    runtime.bind_thread()
+    with _lock:
+        _Pipeline(spec, kernels, plan, inputs, results, where).run(stream)
+    return results

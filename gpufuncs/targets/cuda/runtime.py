@@ -1,0 +1,216 @@
+"""The few CUDA runtime services the cuda target uses, real or simulated.
+
+Everything else in this package speaks to the GPU through one :class:`Runtime`: wrap a raw
+stream handle, allocate stream-ordered device memory, copy, order streams, launch. On a real GPU
+these are thin calls into ``cuda.core`` (the launch layer numba-cuda itself uses) and
+``cuda.bindings``; under ``NUMBA_ENABLE_CUDASIM=1`` the same calls work on host memory, so the
+simulator runs the very kernels and launch logic of the real path (only the last step, handing
+arguments to the kernel, differs: see ``compile.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+#: Threads per block. Every kernel here is memory-bound with one element per thread; 256 keeps
+#: enough warps in flight per SM without depending on a kernel's register count. The simulator
+#: runs one Python thread per CUDA thread, so it gets small blocks.
+BLOCK = 16 if SIMULATED else 256
+
+# Stream handle values with a fixed meaning (the CUDA array interface's convention):
+# 0 and 1 are the legacy default stream, 2 the per-thread default stream.
+LEGACY_HANDLES = (0, 1)
+
+
+class HostBuffer:
+    """Host memory standing in for a device allocation (simulator) or a pinned staging buffer."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.array = np.empty(max(nbytes, 1), np.uint8)
+        self.ptr = self.array.ctypes.data
+        self.size = nbytes
+
+    def close(self, stream: Any = None) -> None:
+        """Nothing to release early: the memory goes with the object."""
+
+
+class _SimStream:
+    """The simulator's stream: work runs when it is issued, so there is nothing to order."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def sync(self) -> None:
+        """Nothing is ever pending."""
+
+    def wait(self, other: Any) -> None:
+        """Nothing is ever pending."""
+
+    def record(self) -> _SimStream:
+        return self
+
+
+class Runtime:
+    """CUDA through ``cuda.core``: streams by handle, a stream-ordered pool, copies, launches."""
+
+    simulated = False
+
+    def __init__(self) -> None:
+        from cuda.bindings import driver
+        from cuda.core import (
+            LEGACY_DEFAULT_STREAM,
+            PER_THREAD_DEFAULT_STREAM,
+            Device,
+            DeviceMemoryResource,
+            DeviceMemoryResourceOptions,
+            LaunchConfig,
+            Stream,
+            launch,
+        )
+
+        self._driver, self._launch, self._config_type = driver, launch, LaunchConfig
+        self._stream_type = Stream
+        self.device = Device()
+        self.device.set_current()  # the primary context, which numba, CuPy and torch share
+        self._local = threading.local()
+        self._local.current = True
+        self._streams: dict[int, Any] = {0: LEGACY_DEFAULT_STREAM, 1: LEGACY_DEFAULT_STREAM,
+                                         2: PER_THREAD_DEFAULT_STREAM}
+        self._configs: dict[int, Any] = {}
+        # A pool of our own, kept reserved between calls like CuPy's and torch's caching
+        # allocators: with the driver's default release threshold (0) every synchronize hands
+        # the memory back to the OS and the next allocation maps it again.
+        self.pool = DeviceMemoryResource(self.device, DeviceMemoryResourceOptions())
+        self._set_release_threshold(2**63)
+
+    def _set_release_threshold(self, nbytes: int) -> None:
+        drv = self._driver
+        attr = drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+        (err,) = drv.cuMemPoolSetAttribute(self.pool.handle, attr, drv.cuuint64_t(nbytes))
+        self._check(err, "setting the memory pool's release threshold")
+
+    def _check(self, err: Any, what: str) -> None:
+        if int(err) != 0:
+            raise RuntimeError(f"CUDA error {err!r} while {what}")
+
+    def bind_thread(self) -> None:
+        """Make the device current in this thread (cuda.core needs it per thread)."""
+        if not getattr(self._local, "current", False):
+            self.device.set_current()
+            self._local.current = True
+
+    def stream(self, handle: int) -> Any:
+        """The ``cuda.core`` stream for a raw ``cudaStream_t`` value (wrappers are cached)."""
+        found = self._streams.get(handle)
+        if found is None:
+            # Borrowed, not owned: the caller's library keeps the stream alive.
+            found = self._streams[handle] = self._stream_type.from_handle(handle)
+        return found
+
+    def new_stream(self) -> Any:
+        """A new non-blocking stream owned by the target."""
+        return self.device.create_stream()
+
+    def allocate(self, nbytes: int, stream: Any) -> Any:
+        """Device memory from the pool, ordered on ``stream`` (freed there when dropped)."""
+        return self.pool.allocate(max(nbytes, 1), stream=stream)
+
+    def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        """Asynchronous copy between unified addresses (host<->device or device<->device)."""
+        if nbytes:
+            (err,) = self._driver.cuMemcpyAsync(dst, src, nbytes, stream.handle)
+            self._check(err, f"copying {nbytes} bytes")
+
+    def launch(self, stream: Any, kernel: Any, n: int, args: list[Any]) -> None:
+        """Launch ``kernel`` over ``n`` threads (one per loop element) on ``stream``."""
+        blocks = -(-n // BLOCK)
+        config = self._configs.get(blocks)
+        if config is None:
+            config = self._configs[blocks] = self._config_type(grid=blocks, block=BLOCK)
+        self._launch(stream, config, kernel, *args)
+
+    @staticmethod
+    def pinned(nbytes: int) -> np.ndarray:
+        """Page-locked host memory (DMA-able at full PCIe speed), as a byte array."""
+        from numba import cuda
+
+        return cuda.pinned_array(max(nbytes, 1), np.uint8)
+
+
+class SimRuntime(Runtime):
+    """The same services over host memory, for ``NUMBA_ENABLE_CUDASIM=1``."""
+
+    simulated = True
+
+    def __init__(self) -> None:  # nothing of the real runtime is needed
+        self._streams: dict[int, Any] = {}
+
+    def bind_thread(self) -> None:
+        """Nothing to bind."""
+
+    def stream(self, handle: int) -> Any:
+        return self._streams.setdefault(handle, _SimStream(handle))
+
+    def new_stream(self) -> Any:
+        return _SimStream(-1)
+
+    def allocate(self, nbytes: int, stream: Any) -> HostBuffer:
+        return HostBuffer(nbytes)
+
+    def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        ctypes.memmove(dst, src, nbytes)
+
+    def launch(self, stream: Any, kernel: Any, n: int, args: list[Any]) -> None:
+        # ``kernel`` is the cuda.jit dispatcher and ``args`` the logical arguments here.
+        blocks = -(-n // BLOCK)
+        kernel[blocks, BLOCK](*args)
+
+    @staticmethod
+    def pinned(nbytes: int) -> np.ndarray:
+        return np.empty(max(nbytes, 1), np.uint8)
+
+
+@functools.cache
+def get_runtime() -> Runtime:
+    """The process-wide runtime (created on the first cuda call, never at import)."""
+    return SimRuntime() if SIMULATED else Runtime()
+
+
+# -- what the simulator's kernels index instead of raw pointers ----------------------------------
+def _host_view(address: int, nbytes: int, dtype: np.dtype) -> np.ndarray:
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype)
+
+
+class SimPointer:
+    """A typed raw address, indexed like the ``CPointer`` a real kernel receives."""
+
+    def __init__(self, address: int, dtype: np.dtype) -> None:
+        self.address, self.dtype = address, np.dtype(dtype)
+
+    def __getitem__(self, off: int) -> Any:
+        return _host_view(self.address + off * self.dtype.itemsize, self.dtype.itemsize, self.dtype)[0]
+
+    def __setitem__(self, off: int, value: Any) -> None:
+        _host_view(self.address + off * self.dtype.itemsize, self.dtype.itemsize, self.dtype)[0] = value
+
+
+class SimCore:
+    """A core operand: ``a[off]`` is the (strided) core view of loop element ``off``."""
+
+    def __init__(self, address: int, dtype: np.dtype, shape: tuple[int, ...],
+                 strides: tuple[int, ...]) -> None:
+        self.address, self.dtype = address, np.dtype(dtype)
+        self.shape, self.strides = shape, strides  # core shape, core strides in bytes
+        self.span = sum((n - 1) * s for n, s in zip(shape, strides)) + self.dtype.itemsize
+
+    def __getitem__(self, off: int) -> np.ndarray:
+        flat = _host_view(self.address + off * self.dtype.itemsize, self.span, self.dtype)
+        return np.lib.stride_tricks.as_strided(flat, self.shape, self.strides)
