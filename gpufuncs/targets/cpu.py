@@ -109,11 +109,17 @@ class CpuTarget(Target):
 
     @staticmethod
     def _run_ufunc(ufunc, plan: Plan, inputs, outs) -> tuple[Any, ...]:
-        out = outs[0] if outs else np.empty(plan.out_shapes[0], plan.result_dtype, order=plan.order)
+        given = outs[0] if outs else None
+        if given is None:
+            out = np.empty(plan.out_shapes[0], plan.result_dtype, order=plan.order)
+        else:
+            out = given if _loop_writes_correctly(given, inputs) else np.empty(given.shape, given.dtype)
         char = plan.loop.char
         # The casts were checked by the dispatcher against the caller's ``casting=``.
         ufunc(*inputs, out=out, casting="unsafe", signature=char * len(inputs) + "->" + char)
-        return (out,)
+        if given is not None and out is not given:
+            np.copyto(given, out)
+        return (given if given is not None else out,)
 
     @staticmethod
     def _run_gufunc(ufunc, plan: Plan, inputs, outs) -> tuple[Any, ...]:
@@ -133,3 +139,24 @@ class CpuTarget(Target):
                 np.copyto(o, buf, casting="unsafe")
             results.append(o)
         return tuple(results)
+
+
+def _loop_writes_correctly(out: np.ndarray, inputs: list[Any]) -> bool:
+    """Whether Numba's ufunc loop can write straight into ``out``.
+
+    Numba's ``@vectorize`` loop (0.68, ``build_ufunc_wrapper``) takes its contiguous fast path
+    when every *input* has a unit inner step and then writes the output contiguously too,
+    ignoring its step: a strided or reversed ``out`` (or an F-ordered one with C-ordered
+    inputs) gets wrong values and writes past its end. A C-contiguous ``out``, or one strided
+    exactly like every array input, is iterated like them and is safe; anything else is
+    computed into a fresh array and copied.
+    """
+    if out.flags.c_contiguous:
+        return True
+    steps = [s // out.itemsize for s in out.strides]
+    for a in inputs:
+        if isinstance(a, np.ndarray) and a.size > 1:
+            view = np.broadcast_to(a, out.shape)
+            if [s // a.itemsize for s in view.strides] != steps:
+                return False
+    return True

@@ -1,0 +1,409 @@
+"""Call semantics and errors (issue 2, items 4-5) on the host targets.
+
+Values are checked against NumPy/SciPy, or bit for bit against the same kernel on contiguous
+float64 copies (the compiled loop is the same, so layout must not change a single bit).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+import gpufuncs as gf
+from gpufuncs import dispatch
+from gpufuncs.testing import compare
+
+HOST = ["cpu", "parallel"]
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    uint = f"u{a.itemsize}"
+    return (a.dtype == b.dtype and a.shape == b.shape
+            and bool(np.all((a.view(uint) == b.view(uint)) | (np.isnan(a) & np.isnan(b)))))
+
+
+# -- broadcasting, scalars, 0-d, empty --------------------------------------------------------------
+@pytest.mark.parametrize("target", HOST)
+def test_broadcasting_like_numpy(target):
+    x = np.linspace(-3, 3, 7)[:, None]
+    x0 = np.array([-1.0, 0.0, 1.0])
+    r = gf.gaussian(x, x0, 0.5, target=target)
+    assert r.shape == (7, 3)
+    np.testing.assert_allclose(r, norm.pdf(x, loc=x0, scale=0.5), rtol=1e-15)
+    full = [np.ascontiguousarray(a) for a in np.broadcast_arrays(x, x0, np.float64(0.5))]
+    assert same_bits(r, gf.gaussian(*full, target=target))
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_broadcasting_gufunc_loop_dimensions(target):
+    x = np.linspace(-1, 1, 6).reshape(2, 3)
+    r = gf.hermite_norm(x, 4, target=target)
+    assert r.shape == (2, 3, 4)
+    assert same_bits(r[1, 2], gf.hermite_norm(x[1, 2:3], 4, target=target)[0])
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_python_and_numpy_scalars(target):
+    r = gf.gaussian(np.float32(0.5), 0, 1, target=target)
+    assert type(r) is np.float32 and r == np.float32(norm.pdf(np.float32(0.5)))
+    r = gf.exp(1.0, target=target)
+    assert type(r) is np.float64 and r == np.exp(1.0)
+    assert type(gf.clamp(3, 0, 2, target=target)) is np.float64
+    assert gf.clamp(3, 0, 2, target=target) == 2.0
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_zero_dim_input_gives_numpy_scalar(target):
+    r = gf.exp(np.array(0.5), target=target)
+    assert type(r) is type(np.exp(np.array(0.5))) is np.float64
+    assert r == np.exp(0.5)
+    h = gf.hermite_norm(np.array(0.5), 3, target=target)  # a gufunc's core output stays an array
+    assert isinstance(h, np.ndarray) and h.shape == (3,)
+
+
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
+def test_empty_arrays(shape, target):
+    x = np.empty(shape, np.float32)
+    r = gf.gaussian(x, 0.0, 1.0, target=target)
+    assert r.shape == shape and r.dtype == np.float32
+    h = gf.hermite_norm(x, 5, target=target)
+    assert h.shape == (*shape, 5) and h.dtype == np.float32
+
+
+# -- memory layouts ---------------------------------------------------------------------------------
+def _layouts():
+    base = np.linspace(-4, 4, 60).reshape(6, 10)
+    return {
+        "strided": base[:, ::3],
+        "negative": base[::-1, ::-2],
+        "transposed": base.T,
+        "fortran": np.asfortranarray(base),
+        "column": base[:, 4],
+    }
+
+
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("layout", list(_layouts()))
+def test_non_contiguous_and_negative_strides(layout, target):
+    x = _layouts()[layout]
+    copy = np.ascontiguousarray(x)
+    assert same_bits(gf.exp(x, target=target), gf.exp(copy, target=target))
+    assert same_bits(gf.clamp(x, -1.0, x[..., :1], target=target),
+                     gf.clamp(copy, -1.0, np.ascontiguousarray(x[..., :1]), target=target))
+    assert same_bits(gf.hermite_norm(x, 3, target=target), gf.hermite_norm(copy, 3, target=target))
+    np.testing.assert_allclose(gf.exp(x, target=target), np.exp(x), rtol=2.3e-16)
+
+
+def _out_views(shape):
+    """(buffer, out view) pairs: out= of every layout, inside a buffer of sentinels."""
+    n = math.prod(shape)
+    views = {}
+    buf = np.full(3 * n, SENTINEL)
+    views["strided"] = (buf, buf[n // 2: n // 2 + 2 * n: 2].reshape(shape))
+    buf = np.full(3 * n, SENTINEL)
+    views["reversed"] = (buf, buf[n: 2 * n][::-1].reshape(shape))
+    buf = np.full(3 * n, SENTINEL)
+    views["fortran"] = (buf, buf[n: 2 * n].reshape(shape[::-1]).T)
+    buf = np.full((shape[0], 2 * shape[1]), SENTINEL)
+    views["every-other-column"] = (buf, buf[:, ::2])
+    return views
+
+
+SENTINEL = -7.25
+
+
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("inputs", ["C", "F", "reversed"])
+@pytest.mark.parametrize("out_layout", list(_out_views((4, 5))))
+def test_out_of_any_layout(out_layout, inputs, target):
+    """Numba's own vectorize loop mis-writes such outputs (see targets/cpu.py); gpufuncs must not."""
+    x = np.linspace(-3, 3, 20).reshape(4, 5)
+    x = {"C": x, "F": np.asfortranarray(x), "reversed": np.ascontiguousarray(x[::-1])[::-1]}[inputs]
+    lo, hi = np.full_like(x, -1.0), np.full_like(x, 1.0)
+    buf, out = _out_views((4, 5))[out_layout]
+    assert gf.clamp(x, lo, hi, out=out, target=target) is out
+    assert same_bits(out, np.clip(np.ascontiguousarray(x), -1.0, 1.0))
+    outside = np.ones(buf.shape, bool)
+    outside[np.unravel_index(_positions(buf, out), buf.shape)] = False
+    assert (buf[outside] == SENTINEL).all(), "wrote outside out="
+
+
+def _positions(buf: np.ndarray, view: np.ndarray) -> np.ndarray:
+    """Flat indices of ``buf`` that ``view`` covers."""
+    index = np.arange(buf.size).reshape(buf.shape)
+    offset = (view.__array_interface__["data"][0] - buf.__array_interface__["data"][0]) // buf.itemsize
+    strides = [s // buf.itemsize for s in view.strides]
+    grid = np.indices(view.shape)
+    return index.ravel()[offset + sum(g * s for g, s in zip(grid, strides)).ravel()]
+
+
+# -- out= -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", HOST)
+def test_out_is_written_and_returned(target):
+    x = np.linspace(-3, 3, 10, dtype=np.float32)
+    out = np.empty_like(x)
+    assert gf.clamp(x, -1, 1, out=out, target=target) is out
+    assert same_bits(out, np.clip(x, np.float32(-1), np.float32(1)))
+    h = np.empty((10, 4), np.float32)
+    assert gf.hermite_norm(x, 4, out=h, target=target) is h
+    assert same_bits(h, gf.hermite_norm(x, 4, target=target))
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_inputs_broadcast_up_to_out(target):
+    out = np.empty((3, 4))
+    assert gf.exp(np.array([0.0, 1.0, 2.0, 3.0]), out=out, target=target) is out
+    assert same_bits(out, np.broadcast_to(np.exp(np.arange(4.0)), (3, 4)).copy())
+
+
+def _untouched(out) -> bool:
+    return bool((out == SENTINEL).all())
+
+
+def _error_calls():
+    """(call, exception, message) where ``call(out, target)`` must fail before writing out."""
+    x = np.linspace(-1, 1, 6)
+    return {
+        "out shape": (lambda out, t: gf.exp(np.ones(5), out=out, target=t), ValueError, r"shape"),
+        "unsafe cast to out": (lambda out, t: gf.exp(x, out=out, casting="safe", target=t)
+                               if out.dtype == np.float32 else gf.exp(x, out=out, casting="no",
+                                                                      dtype=np.float32, target=t),
+                               TypeError, "cannot cast"),
+        "complex input": (lambda out, t: gf.gaussian(x + 0j, 0.0, 1.0, out=out, target=t), TypeError,
+                          "complex"),
+        "non-broadcastable": (lambda out, t: gf.gaussian(x, np.ones(4), 1.0, out=out, target=t),
+                              ValueError, r"\(6,\) \(4,\)"),
+        "gufunc core size": (lambda out, t: gf.hermite_norm(x[:3], 3, out=out.reshape(3, 2), target=t),
+                             ValueError, r"core dimension 'n' of out= has size 2, expected 3"),
+        "unknown target": (lambda out, t: gf.exp(x, out=out, target="gpu"), ValueError, "valid targets"),
+        "bad keyword": (lambda out, t: gf.exp(x, out=out, target=t, axis=0), TypeError, "axis"),
+    }
+
+
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("case", list(_error_calls()))
+def test_errors_leave_out_untouched(case, target):
+    call, error, message = _error_calls()[case]
+    for dtype in (np.float64, np.float32):
+        out = np.full(6, SENTINEL, dtype)
+        with pytest.raises(error, match=message):
+            call(out, target)
+        assert _untouched(out), f"{case}: out was written before the error"
+
+
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_])
+def test_out_of_integer_dtype_is_refused(dtype, target):
+    out = np.full(6, 3, dtype)
+    with pytest.raises(TypeError, match=f"cannot cast the float64 result to out= dtype {np.dtype(dtype)}"):
+        gf.exp(np.linspace(-1, 1, 6), out=out, target=target)
+    assert (out == np.full(6, 3, dtype)).all()
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_read_only_out(target):
+    out = np.full(4, SENTINEL)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        gf.exp(np.zeros(4), out=out, target=target)
+    assert _untouched(out)
+
+
+# -- dtype rules ------------------------------------------------------------------------------------
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize(
+    ("args", "dtype"),
+    [
+        ((np.ones(3, np.float32), 0.0, 1.0), F32),  # Python scalars do not upcast (NEP 50)
+        ((np.ones(3, np.float32), 0, 1), F32),
+        ((np.ones(3, np.float32), np.float32(0), np.float32(1)), F32),
+        ((np.ones(3, np.float32), np.float64(0), 1.0), F64),  # NumPy scalars are typed
+        ((np.ones(3, np.float64), 0.0, 1.0), F64),
+        ((np.ones(3, np.float32), np.zeros(3, np.float64), 1.0), F64),  # mixed arrays
+        ((np.arange(3), 0, 1), F64),  # integers compute in float64
+        ((np.arange(3, dtype=np.int8), 0, 1), F64),
+        ((np.arange(3, dtype=np.uint64), 0, 1), F64),
+        ((np.array([True, False]), 0, 1), F64),  # bool too
+        ((1, 0, 1), F64),  # Python scalars alone: float64
+    ],
+)
+def test_result_dtype(args, dtype, target):
+    r = gf.gaussian(*args, target=target)
+    assert np.asarray(r).dtype == dtype
+    compare(gf.gaussian, args, r, dtype=dtype, target=target)
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_float16_computes_in_float32(target):
+    x = np.linspace(-4, 4, 33).astype(np.float16)
+    r = gf.gaussian(x, np.float16(0.5), np.float16(1.5), target=target)
+    assert r.dtype == np.float16
+    expected = gf.gaussian(x.astype(np.float32), np.float32(0.5), np.float32(1.5), target=target)
+    assert same_bits(r, expected.astype(np.float16))
+    h = gf.hermite_norm(x, 3, target=target)
+    assert h.dtype == np.float16
+    assert same_bits(h, gf.hermite_norm(x.astype(np.float32), 3, target=target).astype(np.float16))
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_float_results_equal_the_loop_of_their_dtype(target):
+    x32 = np.linspace(-2, 2, 9, dtype=np.float32)
+    assert same_bits(gf.exp(x32, target=target), gf.exp(x32, target="cpu"))
+    assert same_bits(gf.exp(np.arange(5), target=target), gf.exp(np.arange(5.0), target="cpu"))
+
+
+# -- targets ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["auto", "cpu", "parallel"])
+def test_host_targets_agree_bit_for_bit(target):
+    x = np.random.default_rng(1).normal(size=(50, 7))
+    assert same_bits(gf.gaussian(x, 0.25, 1.5, target=target), gf.gaussian(x, 0.25, 1.5, target="cpu"))
+    assert same_bits(gf.hermite_norm(x, 6, target=target), gf.hermite_norm(x, 6, target="cpu"))
+
+
+def _fresh_kernel(name):
+    def fresh(x):
+        return x + x
+
+    return gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: 2 * x, name=name,
+                    replace=True)(fresh)
+
+
+def test_auto_picks_cpu_below_the_threshold_and_parallel_above(restore_registry, monkeypatch):
+    monkeypatch.setattr(dispatch, "AUTO_PARALLEL_MIN_SIZE", 1000)  # the rule, not this machine's number
+    small = _fresh_kernel("dispatch_auto_small")
+    small(np.ones(999))
+    assert list(small._compiled) == ["cpu"]
+    large = _fresh_kernel("dispatch_auto_large")
+    r = large(np.ones((10, 100)))
+    assert list(large._compiled) == ["parallel"] and (r == 2).all()
+
+
+def test_cuda_target_without_gpu_is_a_clear_error():
+    if "cuda" in gf.available_targets():
+        pytest.skip("a usable GPU is present; the cuda target is covered by tests/test_cuda*.py")
+    with pytest.raises(gf.CudaUnavailableError, match=r"exp: target 'cuda' is unavailable: \S"):
+        gf.exp(np.ones(3), target="cuda")
+
+
+def test_unknown_target_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown target 'gpu'; valid targets: auto, cpu, parallel, cuda"):
+        gf.exp(np.ones(3), target="gpu")
+    with pytest.raises(ValueError, match="valid targets"):
+        gf.get("exp", target="gpu")
+
+
+# -- errors -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (np.ones(3, np.complex128), "complex"),
+        (np.array([1, "a"], dtype=object), "object"),
+        (np.array(["a", "b"]), "string"),
+        (np.array(["2020-01-01"], dtype="datetime64[D]"), "datetime"),
+        (1 + 2j, "complex"),
+    ],
+)
+@pytest.mark.parametrize("target", HOST)
+def test_unsupported_dtypes_name_kernel_and_dtype(value, kind, target):
+    dtype = re.escape(str(np.asarray(value).dtype))
+    with pytest.raises(TypeError, match=rf"gaussian: unsupported {kind} dtype {dtype} for input 'x'"):
+        gf.gaussian(value, 0.0, 1.0, target=target)
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_non_broadcastable_shapes_are_listed(target):
+    with pytest.raises(ValueError, match=r"gaussian: .*broadcast.* \(3,\) \(4,\) \(\)"):
+        gf.gaussian(np.ones(3), np.ones(4), 1.0, target=target)
+
+
+def test_wrong_number_of_arguments():
+    with pytest.raises(TypeError, match=r"gaussian\(\) takes 3 positional arguments \(x, x0, sigma\)"):
+        gf.gaussian(np.ones(3), 0.0)
+    with pytest.raises(TypeError, match=r"hermite_norm\(\) takes 2 .*\(x, n\)"):
+        gf.hermite_norm(np.ones(3))
+
+
+def test_unknown_kernel_lists_the_names():
+    with pytest.raises(KeyError, match=r"unknown kernel 'gausian'; registered kernels: .*gaussian"):
+        gf.registry["gausian"]
+    with pytest.raises(KeyError, match="clamp, exp, gaussian, hermite_norm"):
+        gf.get("nope")
+
+
+def test_reregistering_needs_replace(restore_registry):
+    def twice(x):
+        return x + x
+
+    first = gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: 2 * x,
+                     name="dispatch_twice")(twice)
+    with pytest.raises(KeyError, match=r"'dispatch_twice' is already registered.*replace=True"):
+        gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: 2 * x, name="dispatch_twice")(twice)
+    assert gf.registry["dispatch_twice"] is first
+    second = gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: 2 * x,
+                      name="dispatch_twice", replace=True)(twice)
+    assert gf.registry["dispatch_twice"] is second is not first
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_uncompilable_kernel_names_kernel_and_target(target, restore_registry):
+    def broken(x):
+        return x.no_such_attribute
+
+    kernel = gf.ufunc(signatures=gf.float_signatures(1), reference=np.negative,
+                      name="dispatch_broken", replace=True)(broken)
+    with pytest.raises(gf.KernelCompileError,
+                       match=rf"kernel 'dispatch_broken' failed to compile for target '{target}'"
+                             r"(?s:.*)no_such_attribute") as info:
+        kernel(np.ones(2), target=target)
+    assert info.value.__cause__ is not None  # Numba's own exception is chained, message kept
+    with pytest.raises(gf.KernelCompileError):  # and it is not cached as compiled
+        kernel(np.ones(2), target=target)
+
+
+@pytest.mark.parametrize(
+    ("signatures", "message"),
+    [
+        (["float64(float64)", "float32(float32)"], "ordered float32 before float64"),
+        (["float32(float32)", "float32(float32)"], "duplicate"),
+        (["float64(float64)", "float64(float64)"], "duplicate"),
+        (["int32(int32)"], "float32 or float64"),
+        (["float32(float64)"], "share one dtype"),
+        (["float32(float32, float32)"], "has 2 arguments, the function takes 1"),
+        ([], "at least one signature"),
+        (["not a signature"], "cannot parse"),
+    ],
+)
+def test_bad_signatures_fail_at_registration(signatures, message, restore_registry):
+    def kernel(x):
+        return x
+
+    before = set(gf.names())
+    with pytest.raises(gf.KernelDefinitionError, match=message):
+        gf.ufunc(signatures=signatures, reference=np.positive, name="dispatch_bad_sig")(kernel)
+    assert set(gf.names()) == before
+
+
+def test_bad_gufunc_layout_fails_at_registration(restore_registry):
+    def kernel(x, out):
+        out[0] = x
+
+    for layout, message in [("()(n)", "needs '->'"), ("()->", "no output"),
+                            ("(),()->(n)", "has 3 arguments, the function takes 2")]:
+        with pytest.raises(gf.KernelDefinitionError, match=re.escape(message)):
+            gf.gufunc(signatures=["void(float64, float64[:])"], layout=layout, reference=None,
+                      name="dispatch_bad_layout")(kernel)
+
+
+def test_domains_must_name_arguments(restore_registry):
+    with pytest.raises(gf.KernelDefinitionError, match=r"unknown arguments \['y'\]"):
+        gf.ufunc(signatures=gf.float_signatures(1), reference=np.positive, domains={"y": (0, 1)},
+                 name="dispatch_bad_domain")(lambda x: x)
