@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = machine_info({"load average (1 min) before": load_before,
                          "auto_parallel_min_size": gf.AUTO_PARALLEL_MIN_SIZE, "unit": "µs per call",
                          **verdicts(main_rows, overhead)})
+    meta["load average (1 min) after"] = os.getloadavg()[0]  # near 1 on 2 cores: undisturbed
     if cross:
         meta["crossover (output elements)"] = {
             name: crossover([r for r in cross if r["kernel"] == name]) for name in gf.names()}
