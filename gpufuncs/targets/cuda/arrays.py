@@ -51,6 +51,8 @@ def stream_handle(stream: Any) -> int:
     """The raw ``cudaStream_t`` of a numba, cuda.core, CuPy or torch stream (or an int handle)."""
     if isinstance(stream, int):
         return stream
+    if type(stream).__module__.startswith("numba.cuda.simulator"):
+        return 0  # the simulator's streams have no handle (and need none)
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         value = proto() if callable(proto) else proto
@@ -137,8 +139,9 @@ def _cai(obj: Any) -> Operand:
 def _dlpack(obj: Any, consumer: int) -> Operand:
     from cuda.core.utils import StridedMemoryView
 
-    # The producer orders its pending work before ``consumer`` (DLPack's stream argument).
-    view = StridedMemoryView.from_dlpack(obj, stream_ptr=consumer)
+    # The producer orders its pending work before ``consumer`` (DLPack's stream argument, where
+    # 1 names the legacy default stream and 0 is not allowed).
+    view = StridedMemoryView.from_dlpack(obj, stream_ptr=consumer or 1)
     dtype = np.dtype(view.dtype)
     shape = tuple(view.shape)
     strides = (tuple(s * dtype.itemsize for s in view.strides) if view.strides is not None
@@ -149,7 +152,16 @@ def _dlpack(obj: Any, consumer: int) -> Operand:
 _ADAPTERS: dict[type, Callable[[Any], Operand]] = {}
 
 
-def _adapter_for(cls: type) -> Callable[[Any], Operand] | None:
+def has_cai(obj: Any) -> bool:
+    """Whether ``obj`` has the CUDA array interface (looked up on the class first: torch builds
+    the interface dict on every access)."""
+    cls = type(obj)
+    return hasattr(cls, "__cuda_array_interface__") or "__cuda_array_interface__" in getattr(
+        obj, "__dict__", ())
+
+
+def _adapter_for(obj: Any) -> Callable[[Any], Operand] | None:
+    cls = type(obj)
     module = cls.__module__.split(".")[0]
     if module == "cupy":
         return _cupy
@@ -157,7 +169,7 @@ def _adapter_for(cls: type) -> Callable[[Any], Operand] | None:
         return _torch
     if getattr(cls, "__cuda_ndarray__", False):
         return _sim if cls.__name__ == "FakeCUDAArray" else _numba
-    if hasattr(cls, "__cuda_array_interface__"):
+    if has_cai(obj):
         return _cai
     return None  # DLPack-only: needs the consumer stream, see describe()
 
@@ -167,7 +179,7 @@ def describe(obj: Any, consumer: int | None = None) -> Operand:
     cls = type(obj)
     adapter = _ADAPTERS.get(cls)
     if adapter is None:
-        adapter = _adapter_for(cls)
+        adapter = _adapter_for(obj)
         if adapter is None:
             return _dlpack(obj, 0 if consumer is None else consumer)
         _ADAPTERS[cls] = adapter

@@ -25,7 +25,7 @@ import numpy as np
 from ...dispatch import _is_device_array
 from ...spec import KernelSpec, Loop
 from ..base import Plan
-from .arrays import Operand, allocate, current_stream, describe, stream_handle, to_device
+from .arrays import Operand, allocate, current_stream, describe, has_cai, stream_handle, to_device
 from .compile import CudaKernels
 from .runtime import LEGACY_HANDLES, SimCore, SimPointer, get_runtime
 
@@ -103,7 +103,7 @@ def _describe_all(objs: list[Any], stream: Any) -> tuple[list[Any], int]:
 
 
 def _dlpack_only(obj: Any) -> bool:
-    return not hasattr(obj, "__cuda_array_interface__") and not hasattr(obj, "__cuda_ndarray__")
+    return not has_cai(obj) and not getattr(type(obj), "__cuda_ndarray__", False)
 
 
 def _wait_for_producers(operands: list[Any], handle: int, launch_stream: Any) -> None:

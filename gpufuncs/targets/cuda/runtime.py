@@ -14,6 +14,7 @@ import ctypes
 import functools
 import os
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -89,13 +90,30 @@ class Runtime:
         # allocators: with the driver's default release threshold (0) every synchronize hands
         # the memory back to the OS and the next allocation maps it again.
         self.pool = DeviceMemoryResource(self.device, DeviceMemoryResourceOptions())
-        self._set_release_threshold(2**63)
+        try:
+            self.set_pool_attribute("RELEASE_THRESHOLD", 2**63)
+        except Exception as exc:  # only slower allocations after a synchronize
+            warnings.warn(f"gpufuncs: could not keep the CUDA memory pool reserved: {exc}",
+                          RuntimeWarning, stacklevel=2)
 
-    def _set_release_threshold(self, nbytes: int) -> None:
+    def set_pool_attribute(self, name: str, value: int) -> None:
+        """Set ``CU_MEMPOOL_ATTR_<name>`` of the target's pool (e.g. ``USED_MEM_HIGH`` to 0)."""
         drv = self._driver
-        attr = drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-        (err,) = drv.cuMemPoolSetAttribute(self.pool.handle, attr, drv.cuuint64_t(nbytes))
-        self._check(err, "setting the memory pool's release threshold")
+        attr = getattr(drv.CUmemPool_attribute, f"CU_MEMPOOL_ATTR_{name}")
+        (err,) = drv.cuMemPoolSetAttribute(self._pool_handle(), attr, drv.cuuint64_t(value))
+        self._check(err, f"setting the memory pool's {name}")
+
+    def pool_attribute(self, name: str) -> int:
+        """Read ``CU_MEMPOOL_ATTR_<name>`` of the target's pool (e.g. ``USED_MEM_HIGH``)."""
+        drv = self._driver
+        attr = getattr(drv.CUmemPool_attribute, f"CU_MEMPOOL_ATTR_{name}")
+        err, value = drv.cuMemPoolGetAttribute(self._pool_handle(), attr)
+        self._check(err, f"reading the memory pool's {name}")
+        return int(value)
+
+    def _pool_handle(self) -> Any:
+        handle = self.pool.handle
+        return self._driver.CUmemoryPool(handle) if isinstance(handle, int) else handle
 
     def _check(self, err: Any, what: str) -> None:
         if int(err) != 0:

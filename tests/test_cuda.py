@@ -1,0 +1,414 @@
+"""The cuda target on a real GPU (every test is marked ``cuda``; skipped, with the reason, without one).
+
+Run on a GPU machine with ``pytest -m cuda``. CuPy and torch tests skip when those are missing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpufuncs as gf
+from gpufuncs.spec import Tolerance
+from gpufuncs.testing import check_kernel, compare, inputs
+
+pytestmark = pytest.mark.cuda
+
+RNG = np.random.default_rng(3)
+F32_EPS = float(np.finfo(np.float32).eps)
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from numba import cuda
+
+    return cuda
+
+
+@pytest.fixture(scope="module")
+def cp():
+    return pytest.importorskip("cupy")
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch
+
+
+def normal(shape, dtype=np.float32):
+    return RNG.normal(scale=2.0, size=shape).astype(dtype)
+
+
+def cpu(kernel, *args):
+    return kernel(*args, target="cpu")
+
+
+# -- gf.get and array kinds -------------------------------------------------------------------------
+def test_get_returns_numbas_cuda_ufunc_objects(cuda):
+    x = normal(1000)
+    vectorized = gf.get("gaussian", target="cuda")
+    assert "numba" in type(vectorized).__module__
+    result = vectorized(cuda.to_device(x), np.float32(0.5), np.float32(2.0)).copy_to_host()
+    np.testing.assert_allclose(result, cpu(gf.gaussian, x, 0.5, 2.0), rtol=2 * F32_EPS)
+    guvectorized = gf.get("hermite_norm", target="cuda")
+    out = cuda.device_array((1000, 8), np.float32)
+    guvectorized(cuda.to_device(x), cuda.to_device(np.empty(8, np.float32)), out)  # the size input
+    np.testing.assert_allclose(out.copy_to_host(), cpu(gf.hermite_norm, x, 8), rtol=1e-5, atol=1e-6)
+
+
+class CaiOnly:
+    """Any object with the CUDA array interface (v3) and nothing else."""
+
+    def __init__(self, array):
+        self._array = array
+        self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+
+class DLPackOnly:
+    """A CUDA DLPack producer without the CUDA array interface."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_result_is_the_kind_of_the_first_device_input(cuda, cp, torch):
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    x = normal(257)
+    ref = cpu(gf.exp, x)
+    cases = {
+        "numba": (cuda.to_device(x), DeviceNDArray),
+        "cupy": (cp.asarray(x), cp.ndarray),
+        "torch": (torch.as_tensor(x, device="cuda"), torch.Tensor),
+        "cai": (CaiOnly(cp.asarray(x)), DeviceNDArray),
+        "dlpack": (DLPackOnly(cp.asarray(x)), DeviceNDArray),
+    }
+    for name, (arg, kind) in cases.items():
+        result = gf.exp(arg)
+        assert isinstance(result, kind), name
+        host = result.cpu().numpy() if name == "torch" else (
+            result.get() if name == "cupy" else result.copy_to_host())
+        np.testing.assert_allclose(host, ref, rtol=2 * F32_EPS, err_msg=name)
+    mixed = gf.clamp(torch.as_tensor(x, device="cuda"), cp.asarray(x[::-1].copy()), 1.0)
+    assert isinstance(mixed, torch.Tensor)
+    np.testing.assert_array_equal(mixed.cpu().numpy(), np.clip(x, x[::-1], 1.0))
+
+
+def test_out_may_be_a_device_array_of_any_kind(cuda, cp, torch):
+    x = normal((40, 30))
+    ref = cpu(gf.gaussian, x, 0.25, 1.5)
+    for out in (cp.empty((40, 30), cp.float32), torch.empty((40, 30), device="cuda"),
+                cuda.device_array((40, 30), np.float32), cp.empty((30, 40), cp.float32).T):
+        result = gf.gaussian(cuda.to_device(x), 0.25, 1.5, out=out)
+        assert result is out
+        host = out.cpu().numpy() if isinstance(out, torch.Tensor) else (
+            out.get() if isinstance(out, cp.ndarray) else out.copy_to_host())
+        np.testing.assert_allclose(host, ref, rtol=4 * F32_EPS)
+
+
+def test_strided_broadcast_float16_and_where_on_device(cp):
+    x = normal((64, 48))
+    mu = normal((48,))
+    dx = cp.asarray(x)
+    np.testing.assert_allclose(gf.gaussian(dx.T, mu[:, None], 2.0).get(),
+                               cpu(gf.gaussian, x.T, mu[:, None], 2.0), rtol=4 * F32_EPS)
+    np.testing.assert_allclose(gf.exp(dx[::-2, 1::3]).get(), np.exp(x[::-2, 1::3]), rtol=2 * F32_EPS)
+    half = gf.exp(cp.asarray(x, dtype=cp.float16))
+    assert half.dtype == cp.float16
+    expected = np.exp(x.astype(np.float16).astype(np.float32)).astype(np.float16)
+    np.testing.assert_allclose(half.get(), expected, rtol=float(np.finfo(np.float16).eps))
+    out = cp.full((64, 48), 7.0, cp.float64)
+    mask = cp.asarray(x > 0)
+    gf.clamp(dx, -1.0, 1.0, out=out, where=mask)
+    np.testing.assert_array_equal(out.get(), np.where(x > 0, np.clip(x, -1, 1), 7.0))
+
+
+# -- no copies between host and device --------------------------------------------------------------
+def _copy_counters(monkeypatch, cp, torch):
+    """Count every Python-level host<->device copy entry point we know of."""
+    from cuda.bindings import driver as cuda_driver
+    from numba.cuda.cudadrv import devicearray
+    from numba.cuda.cudadrv import driver as numba_driver
+
+    from gpufuncs.targets.cuda import runtime
+
+    calls: list[str] = []
+
+    def counting(owner, name):
+        original = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    for name in dir(cuda_driver):
+        if name.startswith("cuMemcpy"):
+            counting(cuda_driver, name)
+    for name in ("host_to_device", "device_to_host"):
+        counting(numba_driver, name)
+    counting(devicearray.DeviceNDArray, "copy_to_host")
+    counting(runtime.Runtime, "copy")
+    for name in ("asnumpy", "asarray"):
+        counting(cp, name)
+    counting(cp.ndarray, "get")
+    for name in ("memcpy", "memcpyAsync"):
+        counting(cp.cuda.runtime, name)
+    for name in ("cpu", "numpy", "to"):
+        counting(torch.Tensor, name)
+    return calls
+
+
+def test_device_inputs_never_copy_to_or_from_the_host(monkeypatch, cuda, cp, torch):
+    """Two proofs: no copy function is called, and 1 GiB in+out takes less than PCIe could move.
+
+    The first counts Python-level entry points only (CUDA driver bindings, Numba, CuPy, torch and
+    our runtime's copy); a copy done inside a C extension would escape it. The second is physical:
+    a round trip of 2 GiB over PCIe 5 x16 (64 GB/s each way at best) needs more than 33 ms.
+    """
+    n = 1 << 28  # 1 GiB of float32
+    x, out = cp.ones(n, cp.float32), cp.empty(n, cp.float32)
+    x_numba, x_torch = cuda.to_device(np.ones(1000, np.float32)), torch.ones(1000, device="cuda")
+    gf.gaussian(x, 0.0, 1.0, out=out)
+    cp.cuda.get_current_stream().synchronize()
+    calls = _copy_counters(monkeypatch, cp, torch)
+    gf.gaussian(x, 0.0, 1.0, out=out)
+    gf.exp(x[:1000])
+    gf.clamp(x_numba, 0.0, 0.5)
+    gf.hermite_norm(x_torch, 8)
+    gf.hermite_norm(x_numba, 8, out=cp.empty((8, 1000), cp.float32).T)
+    assert calls == []
+    start = time.perf_counter()
+    for _ in range(5):
+        gf.gaussian(x, 0.0, 1.0, out=out)
+    cp.cuda.get_current_stream().synchronize()
+    per_call = (time.perf_counter() - start) / 5
+    assert per_call < 0.020, f"{per_call * 1e3:.1f} ms per 1 GiB call: data may have left the GPU"
+    assert float(out[12345]) == pytest.approx(float(cpu(gf.gaussian, np.float32(1), 0.0, 1.0)), rel=1e-6)
+
+
+# -- streams --------------------------------------------------------------------------------------------
+SLOW_FILL = r"""
+extern "C" __global__ void slow_fill(float* x, float value, long long n, long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = value;
+}
+"""
+
+
+def _slow_fill(cp, x, value):
+    """Write ``value`` into ``x`` on CuPy's current stream after ~50 ms of spinning."""
+    kernel = cp.RawKernel(SLOW_FILL, "slow_fill")
+    n = x.size
+    kernel(((n + 255) // 256,), (256,), (x, np.float32(value), np.int64(n), np.int64(10**8)))
+
+
+def test_cupy_current_stream_orders_the_call(cp):
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        x = cp.zeros(1 << 20, cp.float32)
+        _slow_fill(cp, x, 1.0)
+        y = gf.exp(x)  # no sync: must run after the fill, on CuPy's current stream
+        stream.synchronize()
+    assert bool((y == np.float32(np.e)).all())
+
+
+def test_torch_current_stream_orders_the_call(torch):
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        x = torch.zeros(1 << 20, device="cuda")
+        torch.cuda._sleep(10**8)
+        x.fill_(1.0)
+        y = gf.exp(x)
+        out = torch.empty_like(x)
+        gf.exp(x, out=out)
+    stream.synchronize()
+    assert bool((y == float(np.float32(np.e))).all()) and bool((out == y).all())
+
+
+@pytest.mark.parametrize("kind", ["numba", "cuda.core", "cupy", "torch"])
+def test_stream_argument_waits_for_the_producer_stream(kind, cuda, cp, torch):
+    producer = cp.cuda.Stream(non_blocking=True)
+    with producer:
+        x = cp.zeros(1 << 20, cp.float32)
+        producer.synchronize()
+        _slow_fill(cp, x, 1.0)
+    if kind == "numba":
+        stream = cuda.stream()
+    elif kind == "cuda.core":
+        from cuda.core import Device
+
+        stream = Device().create_stream()
+    elif kind == "cupy":
+        stream = cp.cuda.Stream(non_blocking=True)
+    else:
+        stream = torch.cuda.Stream()
+    with producer:  # CuPy's current stream is the producer, the call names another
+        y = gf.exp(x, stream=stream)
+    (stream.synchronize if hasattr(stream, "synchronize") else stream.sync)()
+    assert bool((y == np.float32(np.e)).all())
+
+
+# -- hermite_norm's layout ----------------------------------------------------------------------------
+def test_hermite_writes_order_major_and_returns_the_transposed_view(cp):
+    x = normal(5000)
+    ref = cpu(gf.hermite_norm, x, 32)
+    result = gf.hermite_norm(cp.asarray(x), 32)
+    assert result.shape == (5000, 32) and result.strides == (4, 5000 * 4)
+    np.testing.assert_allclose(result.get(), ref, rtol=1e-5, atol=1e-6)
+    buffer = cp.zeros((32, 5000), cp.float32)
+    assert gf.hermite_norm(cp.asarray(x), 32, out=buffer.T) is not None
+    np.testing.assert_allclose(buffer.get().T, ref, rtol=1e-5, atol=1e-6)  # written in place
+    contiguous = cp.zeros((5000, 32), cp.float32)
+    gf.hermite_norm(cp.asarray(x), 32, out=contiguous)
+    np.testing.assert_array_equal(contiguous.get(), buffer.get().T)
+
+
+def test_numbas_guvectorize_loses_writes_to_a_transposed_out_and_ours_does_not(cuda):
+    """DESIGN.md: Numba's CUDA gufunc copies a non-contiguous ``out`` through the host, wrongly."""
+    x = normal(512)
+    ref = cpu(gf.hermite_norm, x, 16)
+    dx = cuda.to_device(x)
+    ours = cuda.device_array((16, 512), np.float32)
+    gf.hermite_norm(dx, 16, out=ours.T)
+    np.testing.assert_allclose(ours.copy_to_host().T, ref, rtol=1e-5, atol=1e-6)
+    theirs = cuda.to_device(np.zeros((16, 512), np.float32))
+    numba_failed = False
+    try:
+        gf.get("hermite_norm", target="cuda")(dx, cuda.to_device(np.empty(16, np.float32)), theirs.T)
+        cuda.synchronize()
+        numba_failed = not np.allclose(theirs.copy_to_host().T, ref, rtol=1e-5, atol=1e-6)
+    except Exception:  # refusing the view is a failure to write it too
+        numba_failed = True
+    assert numba_failed, "Numba now writes transposed outputs correctly: update DESIGN.md and docs"
+
+
+# -- host arrays with target="cuda" ----------------------------------------------------------------------
+def test_host_arrays_give_the_cpu_results():
+    x = normal((300, 200))
+    np.testing.assert_allclose(gf.gaussian(x, 0.5, 2.0, target="cuda"), cpu(gf.gaussian, x, 0.5, 2.0),
+                               rtol=4 * F32_EPS)
+    np.testing.assert_array_equal(gf.clamp(x.T, -1.0, x[0], target="cuda"), np.clip(x.T, -1.0, x[0]))
+    np.testing.assert_allclose(gf.hermite_norm(x, 5, target="cuda"), cpu(gf.hermite_norm, x, 5),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_host_arrays_go_through_bounded_device_memory(monkeypatch, cuda):
+    from gpufuncs.targets.cuda import host
+    from gpufuncs.targets.cuda.runtime import get_runtime
+
+    runtime = get_runtime()
+    monkeypatch.setattr(host, "CHUNK_BYTES", 1 << 20)
+    x = normal(1 << 25)  # 128 MiB in, 128 MiB out
+    cuda.synchronize()
+    runtime.set_pool_attribute("USED_MEM_HIGH", 0)
+    result = gf.exp(x, target="cuda")
+    used = runtime.pool_attribute("USED_MEM_HIGH")
+    assert used <= 16 << 20, f"{used} bytes of device memory in use for 256 MiB of data"
+    np.testing.assert_allclose(result[::997], np.exp(x[::997]), rtol=2 * F32_EPS)
+
+
+def test_host_input_larger_than_free_gpu_memory(cp):
+    cp.get_default_memory_pool().free_all_blocks()
+    free, _ = cp.cuda.runtime.memGetInfo()
+    hog = cp.empty(free - (1 << 30), cp.uint8)  # leave 1 GiB free
+    try:
+        x = np.full(1 << 29, 0.5, np.float32)  # 2 GiB in, 2 GiB out
+        x[::4097] = -1.5
+        result = gf.exp(x, target="cuda")
+    finally:
+        del hog
+        cp.get_default_memory_pool().free_all_blocks()
+    np.testing.assert_allclose(result[::4097], np.exp(np.float32(-1.5)), rtol=2 * F32_EPS)
+    np.testing.assert_allclose(result[1::4097], np.exp(np.float32(0.5)), rtol=2 * F32_EPS)
+
+
+# -- agreement with references and cpu (Hypothesis) ------------------------------------------------
+KNOWN = {"hermite_norm": {"allow_nan": False}}  # see test_properties.py::KNOWN_DISAGREEMENTS
+
+
+@pytest.fixture
+def cuda_exp(restore_registry):
+    """``exp`` with CUDA's documented float32 accuracy: ``expf`` is within 2 ULP (1 for float64)."""
+    return gf.ufunc(signatures=gf.float_signatures(1), reference=np.exp, name="exp_cuda", replace=True,
+                    tolerances={np.float32: Tolerance(rtol=0.0, ulps=2),
+                                np.float64: Tolerance(rtol=0.0, ulps=1)})(gf.exp.spec.pyfunc)
+
+
+@pytest.mark.parametrize("name", ["clamp", "gaussian", "hermite_norm", "exp"])
+def test_host_path_agrees_with_reference_and_cpu(name, cuda_exp):
+    kernel = cuda_exp if name == "exp" else gf.registry[name]
+    check_kernel(kernel, targets=("cpu", "cuda"), max_examples=25, max_dims=2, max_side=6,
+                 **KNOWN.get(name, {}))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["clamp", "gaussian", "hermite_norm", "exp"])
+def test_device_path_agrees_with_reference_and_cpu(name, dtype, cp, cuda_exp):
+    kernel = cuda_exp if name == "exp" else gf.registry[name]
+
+    @settings(max_examples=20, deadline=None)
+    @given(inputs(kernel, dtype, max_dims=2, max_side=6, **KNOWN.get(name, {})), st.booleans())
+    def check(args, first_on_host):
+        device = [cp.asarray(a) if isinstance(a, np.ndarray) and a.ndim else a for a in args]
+        if not any(isinstance(a, cp.ndarray) for a in device):
+            return  # all scalars: the host path's business
+        result = kernel(*device, target="cuda")
+        host = cp.asnumpy(result)
+        compare(kernel, args, host, dtype=dtype, target="cuda")
+        expected = cpu(kernel, *args)
+        if name == "clamp":
+            np.testing.assert_array_equal(host, expected)
+        np.testing.assert_array_equal(np.isnan(host), np.isnan(expected))
+
+    check()
+
+
+def test_cuda_expf_is_within_2_ulp():
+    x = np.linspace(-103.0, 88.7, 2_000_003, dtype=np.float32)
+    got = gf.exp(x, target="cuda").astype(np.float64)
+    exact = np.exp(x.astype(np.float64))
+    finite = np.isfinite(exact.astype(np.float32)) & (exact > np.finfo(np.float32).tiny)
+    ulp = np.spacing(exact[finite].astype(np.float32)).astype(np.float64)
+    err = np.abs(got[finite] - exact[finite]) / ulp
+    assert err.max() <= 2.0, f"max error {err.max():.2f} ULP"
+
+
+# -- compile once, cached on disk -------------------------------------------------------------------
+def test_a_new_process_loads_kernels_from_the_disk_cache():
+    code = (
+        "import time; t0 = time.perf_counter()\n"
+        "import numpy as np, gpufuncs as gf\n"
+        "from numba import cuda\n"
+        "from gpufuncs.targets import get_target\n"
+        "x = cuda.to_device(np.ones(1000, np.float32)); t1 = time.perf_counter()\n"
+        "gf.gaussian(x, 0.0, 1.0); cuda.synchronize(); t2 = time.perf_counter()\n"
+        "d = get_target('cuda').kernels(gf.gaussian.spec)._dispatchers[np.dtype('float32')]\n"
+        "print('hits', sum(d._cache_hits.values()), 'misses', sum(d._cache_misses.values()))\n"
+        "print(f'import+context {t1 - t0:.2f} s, first call {t2 - t1:.2f} s')\n"
+    )
+    for _ in range(2):  # the first run may compile (and save); the second must load
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                              env=os.environ.copy())
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout)
+    assert "hits 1 misses 0" in proc.stdout, proc.stdout

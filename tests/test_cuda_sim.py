@@ -1,0 +1,201 @@
+"""The cuda target's own kernels and launch logic on the CUDA simulator (no GPU needed).
+
+``NUMBA_ENABLE_CUDASIM=1`` must be set before ``numba.cuda`` is first imported, so in a normal
+run this module holds one test that runs the module again in a subprocess with the variable set;
+there the tests below run on tiny inputs. The simulator executes the very kernels of the real
+target (pointer loads, strided offsets, casts, ``where``, core views), with host memory standing
+in for device memory; Numba's own CUDA ufunc objects do not run there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+if not SIMULATED:
+
+    def test_cuda_target_on_the_simulator():
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+            env=env, capture_output=True, text=True, timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout[-3000:]
+
+    def test_without_a_gpu_cuda_is_refused_with_a_reason_and_auto_stays_on_the_host():
+        # Hide every GPU from a fresh process (on CI there is none anyway).
+        code = (
+            "import numpy as np, gpufuncs as gf\n"
+            "x = np.ones(3, np.float32)\n"
+            "assert 'cuda' not in gf.available_targets()\n"
+            "assert type(gf.exp(x)) is np.ndarray\n"
+            "try:\n"
+            "    gf.exp(x, target='cuda')\n"
+            "except gf.CudaUnavailableError as exc:\n"
+            "    print('refused:', exc)\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "refused: exp: target 'cuda' is unavailable:" in proc.stdout, proc.stdout
+
+else:
+    from numba import cuda
+
+    import gpufuncs as gf
+    from gpufuncs.targets.cuda import host
+    from gpufuncs.targets.cuda.arrays import stream_handle
+    from gpufuncs.targets.cuda.launch import collapse
+
+    class HostCAI:
+        """A ``__cuda_array_interface__`` object over host memory (the simulator's device memory)."""
+
+        def __init__(self, array: np.ndarray) -> None:
+            self.array = array
+
+        @property
+        def __cuda_array_interface__(self) -> dict:
+            a = self.array
+            return {"shape": a.shape, "strides": a.strides, "typestr": a.dtype.str,
+                    "data": (a.ctypes.data, False), "version": 3, "stream": None}
+
+    RNG = np.random.default_rng(7)
+
+    def values(shape, dtype=np.float32):
+        return RNG.normal(scale=2.0, size=shape).astype(dtype)
+
+    def cpu(kernel, *args, **kwargs):
+        return kernel(*args, target="cpu", **kwargs)
+
+    def to_host(result):
+        return result.copy_to_host() if hasattr(result, "copy_to_host") else np.asarray(result)
+
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    @pytest.mark.parametrize("name", ["exp", "clamp", "gaussian"])
+    def test_device_arrays_match_cpu(name, dtype):
+        kernel = gf.registry[name]
+        args = [values(5, dtype) for _ in range(kernel.nin)]
+        if name == "gaussian":
+            args[2] = np.abs(args[2]) + dtype(0.5)
+        result = kernel(*(cuda.to_device(a) for a in args))
+        assert type(result).__name__ == "FakeCUDAArray" and result.dtype == dtype
+        np.testing.assert_allclose(to_host(result), cpu(kernel, *args), rtol=4 * np.finfo(dtype).eps)
+
+    def test_strided_broadcast_and_scalars():
+        x = values((3, 4))
+        x0 = values((3, 1))
+        ref = cpu(gf.gaussian, x.T, x0.T, 1.5)
+        result = gf.gaussian(HostCAI(x.T), HostCAI(x0.T), np.float32(1.5))
+        np.testing.assert_allclose(to_host(result), ref, rtol=1e-6)
+        reversed_ = gf.exp(HostCAI(x[::-1, ::2]))
+        np.testing.assert_allclose(to_host(reversed_), np.exp(x[::-1, ::2]), rtol=1e-6)
+
+    def test_out_strided_in_place_and_where():
+        x = values((4, 3))
+        out = np.full((4, 6), -1.0, np.float32)[:, ::2]
+        result = gf.clamp(HostCAI(x), -1.0, 1.0, out=HostCAI(out))
+        assert isinstance(result, HostCAI)
+        np.testing.assert_array_equal(out, np.clip(x, -1, 1))
+        out[:] = 9.0
+        mask = x > 0
+        gf.clamp(HostCAI(x), -1.0, 1.0, out=HostCAI(out), where=mask)
+        np.testing.assert_array_equal(out, np.where(mask, np.clip(x, -1, 1), 9.0))
+        gf.clamp(HostCAI(x), -1.0, 1.0, out=HostCAI(out), where=HostCAI(~mask))
+        np.testing.assert_array_equal(out, np.clip(x, -1, 1))
+
+    def test_float16_computes_in_float32_and_integers_in_float64():
+        x = values(6, np.float16)
+        result = gf.exp(cuda.to_device(x))
+        assert result.dtype == np.float16
+        np.testing.assert_array_equal(to_host(result), np.exp(x.astype(np.float32)).astype(np.float16))
+        ints = gf.exp(cuda.to_device(np.arange(4)))
+        assert ints.dtype == np.float64
+        np.testing.assert_allclose(to_host(ints), np.exp(np.arange(4.0)), rtol=1e-15)
+
+    def test_host_array_mixed_with_device_arrays():
+        x, x0 = values(5), values(5)
+        result = gf.gaussian(cuda.to_device(x), x0, 2.0)
+        np.testing.assert_allclose(to_host(result), cpu(gf.gaussian, x, x0, 2.0), rtol=1e-6)
+
+    def test_hermite_order_major_result_and_out_layouts():
+        x = values(7)
+        ref = cpu(gf.hermite_norm, x, 4)
+        result = gf.hermite_norm(cuda.to_device(x), 4)
+        assert result.shape == (7, 4) and result.strides == (4, 28)  # stored as (4, 7)
+        np.testing.assert_allclose(to_host(result), ref, rtol=1e-5)
+        buffer = np.zeros((4, 7), np.float32)
+        gf.hermite_norm(HostCAI(x), 4, out=HostCAI(buffer.T))  # the transposed view, in place
+        np.testing.assert_allclose(buffer.T, ref, rtol=1e-5)
+        contiguous = np.zeros((7, 4), np.float32)
+        gf.hermite_norm(HostCAI(x), 4, out=HostCAI(contiguous))
+        np.testing.assert_allclose(contiguous, ref, rtol=1e-5)
+        wider = np.zeros((7, 4), np.float64)  # another dtype: computed in float32, then cast
+        gf.hermite_norm(HostCAI(x), 4, out=HostCAI(wider))
+        np.testing.assert_array_equal(wider, contiguous)
+
+    def test_hermite_where_keeps_masked_rows():
+        x = values((2, 3))
+        out = np.full((2, 3, 4), 5.0, np.float32)
+        mask = np.array([True, False, True])
+        gf.hermite_norm(HostCAI(x), 4, out=HostCAI(out), where=mask)
+        ref = cpu(gf.hermite_norm, x, 4)
+        np.testing.assert_allclose(out[:, mask], ref[:, mask], rtol=1e-5)
+        np.testing.assert_array_equal(out[:, ~mask], 5.0)
+
+    def test_host_inputs_in_several_chunks(monkeypatch):
+        monkeypatch.setattr(host, "CHUNK_BYTES", 16)  # four float32 values per chunk
+        x = values((5, 6))
+        np.testing.assert_array_equal(gf.clamp(x, -0.5, 0.5, target="cuda"), np.clip(x, -0.5, 0.5))
+        x0 = values((1, 6))  # broadcast: the chunks are gathered from a strided view
+        np.testing.assert_allclose(gf.gaussian(x.T, x0.T, 1.5, target="cuda"),
+                                   cpu(gf.gaussian, x.T, x0.T, 1.5), rtol=1e-6)
+        np.testing.assert_allclose(gf.hermite_norm(x, 3, target="cuda"),
+                                   cpu(gf.hermite_norm, x, 3), rtol=1e-5)
+        out = np.full((6, 5), 9.0, np.float32)
+        gf.clamp(x.T, -0.5, 0.5, out=out, where=x.T > 0, target="cuda")
+        np.testing.assert_array_equal(out, np.where(x.T > 0, np.clip(x.T, -0.5, 0.5), 9.0))
+        scalar = gf.exp(np.float32(1.0), target="cuda")  # 0-d in: a scalar out, as on cpu
+        assert np.ndim(scalar) == 0 and abs(scalar - np.e) < 3e-7
+
+    def test_stream_handles_of_every_kind():
+        assert stream_handle(0) == 0
+        assert stream_handle(cuda.default_stream()) == 0
+
+        class TorchLike:
+            cuda_stream = 1234
+
+        assert stream_handle(TorchLike()) == 1234
+        x = values(3)
+        result = gf.exp(cuda.to_device(x), stream=cuda.stream())
+        np.testing.assert_allclose(to_host(result), np.exp(x), rtol=1e-6)
+        with pytest.raises(TypeError, match="stream="):
+            gf.exp(cuda.to_device(x), stream=object())
+
+    def test_collapse_merges_what_every_operand_steps_through_evenly():
+        # C-contiguous (3, 4) with a broadcast row vector: only the inner dimension merges.
+        assert collapse((3, 4), [[4, 1], [0, 1]]) == ((3, 4), [(4, 1), (0, 1)])
+        assert collapse((3, 4), [[4, 1], [4, 1]]) == ((12,), [(1,), (1,)])
+        assert collapse((1, 5, 1), [[0, 2, 0]]) == ((5,), [(2,)])
+        assert collapse((1, 1), [[0, 0]]) == ((), [()])
+
+    def test_numba_object_is_not_available_on_the_simulator():
+        with pytest.raises(NotImplementedError, match="NUMBA_ENABLE_CUDASIM"):
+            gf.get("exp", target="cuda")(np.ones(2))
+
+    def test_too_many_inputs_name_the_kernel(restore_registry):
+        @gf.ufunc(signatures=gf.float_signatures(5), reference=None, replace=True)
+        def sum5(a, b, c, d, e):
+            return a + b + c + d + e
+
+        with pytest.raises(RuntimeError, match=r"sum5.*1 to 4 inputs"):
+            sum5(*(cuda.to_device(np.ones(2)) for _ in range(5)))
