@@ -112,8 +112,10 @@ class CpuTarget(Target):
         given = outs[0] if outs else None
         if given is None:
             out = np.empty(plan.out_shapes[0], plan.result_dtype, order=plan.order)
+        elif _loop_writes_correctly(given, inputs, plan.loop.dtype):
+            out = given
         else:
-            out = given if _loop_writes_correctly(given, inputs) else np.empty(given.shape, given.dtype)
+            out = np.empty_like(given, order="C")
         char = plan.loop.char
         # The casts were checked by the dispatcher against the caller's ``casting=``.
         ufunc(*inputs, out=out, casting="unsafe", signature=char * len(inputs) + "->" + char)
@@ -141,22 +143,22 @@ class CpuTarget(Target):
         return tuple(results)
 
 
-def _loop_writes_correctly(out: np.ndarray, inputs: list[Any]) -> bool:
+def _loop_writes_correctly(out: np.ndarray, inputs: list[Any], loop: np.dtype) -> bool:
     """Whether Numba's ufunc loop can write straight into ``out``.
 
     Numba's ``@vectorize`` loop (0.68, ``build_ufunc_wrapper``) takes its contiguous fast path
     when every *input* has a unit inner step and then writes the output contiguously too,
     ignoring its step: a strided or reversed ``out`` (or an F-ordered one with C-ordered
-    inputs) gets wrong values and writes past its end. A C-contiguous ``out``, or one strided
-    exactly like every array input, is iterated like them and is safe; anything else is
-    computed into a fresh array and copied.
+    inputs) gets wrong values and writes past its end. A C-contiguous ``out`` is iterated
+    with a unit inner step, and one strided exactly like every input (all of the loop's dtype,
+    so NumPy does not buffer them into contiguous copies) gets the same steps as they do; any
+    other ``out`` is computed into a fresh array and copied.
     """
     if out.flags.c_contiguous:
         return True
     steps = [s // out.itemsize for s in out.strides]
-    for a in inputs:
-        if isinstance(a, np.ndarray) and a.size > 1:
-            view = np.broadcast_to(a, out.shape)
-            if [s // a.itemsize for s in view.strides] != steps:
-                return False
-    return True
+    return all(
+        isinstance(a, np.ndarray) and a.dtype == loop
+        and [s // a.itemsize for s in np.broadcast_to(a, out.shape).strides] == steps
+        for a in inputs
+    )
