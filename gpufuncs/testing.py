@@ -372,7 +372,9 @@ def compare(
 
     The reference is evaluated by :func:`reference_values`. A finite point passes when
     ``|result - ref| <= atol + rtol * scale`` or, if the tolerance declares ``ulps``, when it is
-    at most ``ulps`` units in the last place of ``dtype`` from ``ref``; ``scale`` is ``|ref|`` for
+    at most ``ulps`` units in the last place of ``dtype`` from ``ref`` (the error is measured to
+    ``ref`` or to ``ref`` rounded to the result's dtype, whichever is closer, so a correctly
+    rounded result always passes); ``scale`` is ``|ref|`` for
     elementwise kernels and the largest ``|ref|`` along the output's core dimensions for gufuncs
     (in both, only where ``ref`` is finite in the result's dtype).
 
@@ -483,7 +485,9 @@ def _check_points(spec: KernelSpec, res: np.ndarray, ref: np.ndarray, tol: Toler
     allowed = tol.atol + tol.rtol * scale
     both = np.isfinite(got) & np.isfinite(rounded)
     with np.errstate(all="ignore"):
-        err = np.where(both, np.abs(got - ref), 0.0)
+        # Distance to the reference or to its value rounded to the dtype, whichever is
+        # smaller: the correctly rounded result always passes (subnormal results included).
+        err = np.where(both, np.minimum(np.abs(got - ref), np.abs(got - rounded)), 0.0)
         ulp = err / _ulp(ref, res.dtype)
         rel = np.where(scale > 0, err / scale, np.where(err > 0, np.inf, 0.0))
     ok = (err <= allowed) | (ulp <= tol.ulps if tol.ulps is not None else False)
@@ -556,7 +560,8 @@ def _worst(check: _Points, count: int) -> list[tuple[int, ...]]:
         badness = np.where(check.placement, np.inf,
                            np.where(check.allowed > 0, check.err / check.allowed, np.inf))
     flat = np.flatnonzero(check.failed)
-    order = np.lexsort((-check.ulp.ravel()[flat], -badness.ravel()[flat]))
+    keys = (-check.ulp.ravel()[flat], -badness.ravel()[flat], ~check.placement.ravel()[flat])
+    order = np.lexsort(keys)  # placement mismatches first, then by excess over the tolerance
     return [np.unravel_index(i, check.failed.shape) for i in flat[order][:count]]
 
 

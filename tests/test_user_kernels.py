@@ -1,0 +1,145 @@
+"""The user-defined kernel path: declare, call, and property-test with ``gpufuncs.testing``."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+import gpufuncs as gf
+from gpufuncs.testing import check_kernel, compare, inputs
+
+HOST = ["cpu", "parallel"]
+
+
+# The example of issue 2, verbatim.
+@gf.ufunc(signatures=["float32(float32, float32)", "float64(float64, float64)"],
+          reference=np.hypot, replace=True)
+def my_hypot(a, b):
+    return math.sqrt(a * a + b * b)
+
+
+# The same kernel written to be np.hypot everywhere: scaled, so a*a cannot overflow or underflow.
+@gf.ufunc(signatures=gf.float_signatures(2), reference=np.hypot, replace=True)
+def user_hypot(a, b):
+    """Hypotenuse without intermediate overflow or underflow; hypot(+-inf, nan) is inf."""
+    a, b = abs(a), abs(b)
+    if a == gf.as_type(math.inf, a) or b == gf.as_type(math.inf, b):
+        return gf.as_type(math.inf, a)
+    big, small = (a, b) if a >= b else (b, a)
+    if big != big or small != small:
+        return a + b  # NaN
+    if big == gf.as_type(0, big):
+        return big
+    ratio = small / big
+    return big * math.sqrt(gf.as_type(1, big) + ratio * ratio)
+
+
+# A generalized user kernel with a core input dimension: the running sum of a vector.
+@gf.gufunc(signatures=["void(float32[:], float32[:])", "void(float64[:], float64[:])"],
+           layout="(n)->(n)", reference=lambda a: np.cumsum(a, axis=-1),
+           tolerances={np.float32: gf.Tolerance(rtol=8 * float(np.finfo(np.float32).eps)),
+                       np.float64: gf.Tolerance(rtol=8 * float(np.finfo(np.float64).eps))},
+           domains={"a": (-1e6, 1e6)}, replace=True)
+def user_cumsum(a, out):
+    for i in range(a.shape[0]):
+        out[i] = a[i] if i == 0 else out[i - 1] + a[i]
+
+
+def test_issue_example_calls_like_a_builtin():
+    r = my_hypot(3.0, np.arange(4.0))
+    np.testing.assert_array_equal(r, np.hypot(3.0, np.arange(4.0)))
+    assert r.dtype == np.float64
+    assert my_hypot is gf.registry["my_hypot"]
+    assert gf.get("my_hypot", target="cpu").ufunc.types == ["ff->f", "dd->d"]
+    assert my_hypot(np.float32(3), np.float32(4)) == np.float32(5)
+
+
+def test_issue_example_fails_outside_its_formula_with_the_worst_point():
+    """check_kernel finds what the textbook formula gets wrong: a*a overflows (or underflows)
+    where np.hypot does not, so the example as written is not np.hypot at the extremes."""
+    with pytest.raises(AssertionError) as info:
+        check_kernel(my_hypot, targets=["cpu"], dtypes=[np.float64], max_examples=200)
+    report = str(info.value)
+    assert re.search(r"my_hypot \(dtype float64, target 'cpu'\): \d+ of \d+ points disagree", report)
+    assert re.search(r"at \(.*\): a=\S+, b=\S+ -> result \S+, reference \S+", report)
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_scaled_user_kernel_passes_check_kernel(target):
+    check_kernel(user_hypot, targets=[target])
+
+
+def test_user_kernel_targets_agree():
+    check_kernel(user_hypot, targets=["cpu", "parallel"], max_examples=30)
+
+
+def test_user_gufunc_with_core_input_passes_check_kernel():
+    check_kernel(user_cumsum)
+
+
+@given(inputs(user_hypot, np.float32))
+def test_inputs_and_compare_in_a_users_own_given(args):
+    result = user_hypot(*args, target="cpu")
+    assert np.asarray(result).dtype == np.float32
+    found = compare(user_hypot, args, result, dtype=np.float32, target="cpu")
+    assert found.points == np.size(result)
+
+
+def _blog_clamp(x, xmin, xmax):
+    # The CUDA clamp often copied from blogs: the second branch tests xmin instead of xmax.
+    if x < xmin:
+        return xmin
+    elif x > xmin:
+        return xmax
+    return x
+
+
+@pytest.fixture
+def buggy_clamp(restore_registry):
+    return gf.ufunc(signatures=gf.float_signatures(3), reference=np.clip,
+                    tolerances={np.float32: 0.0, np.float64: 0.0},
+                    name="user_buggy_clamp", replace=True)(_blog_clamp)
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_disagreeing_user_kernel_fails_naming_the_worst_point(buggy_clamp, target):
+    with pytest.raises(AssertionError) as info:
+        check_kernel(buggy_clamp, targets=[target], max_examples=100)
+    report = str(info.value)
+    assert f"user_buggy_clamp (dtype float32, target '{target}')" in report
+    point = re.search(r"at \(.*\): x=(\S+), xmin=(\S+), xmax=(\S+) -> result (\S+), reference (\S+)", report)
+    assert point, report
+    x, xmin, xmax, result, reference = (float(v.rstrip(":,")) for v in point.groups())
+    # The named point is a real disagreement, and the reference value is np.clip's.
+    assert _same(reference, float(np.clip(x, xmin, xmax))) and not _same(result, reference)
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def test_compare_reports_nan_placement(buggy_clamp):
+    args = (np.array([0.5, 0.5]), np.array([-1.0, np.nan]), 1.0)
+    with pytest.raises(AssertionError, match=r"2 of 2 points disagree.*\(1 NaN/inf placement") as info:
+        with np.errstate(invalid="ignore"):
+            compare(buggy_clamp, args, buggy_clamp(*args), target="cpu")
+    lines = str(info.value).splitlines()
+    assert lines[1] == "  at (1,): x=0.5, xmin=nan, xmax=1.0 -> result 0.5, reference nan [NaN/inf placement]"
+    assert lines[2].startswith("  at (0,): x=0.5, xmin=-1.0, xmax=1.0 -> result 1.0, reference 0.5: "
+                               "error 0.5")
+
+
+def test_compare_rejects_a_wrong_shape():
+    args = (np.ones(3), np.ones(3))
+    with pytest.raises(AssertionError, match=r"result has shape \(1, 3\), expected \(3,\)"):
+        compare(user_hypot, args, np.hypot(*args)[None])
+
+
+def test_compare_returns_the_largest_errors():
+    args = (np.array([3.0, 1e300]), np.array([4.0, 1e300]))
+    found = compare(user_hypot, args, user_hypot(*args), target="cpu")
+    assert found.points == 2 and found.max_ulp <= 1 and found.kernel == "user_hypot"
