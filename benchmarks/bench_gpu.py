@@ -51,7 +51,7 @@ COLUMNS = ("kernel", "dtype", "n", "case", "time_us", "GB/s", "x_copy", "x_cupy"
 CUPY = {
     "gaussian": cp.ElementwiseKernel(
         "T x, T x0, T s", "T y",
-        f"if (s != s || s <= (T)0) {{ y = (T)NAN; }} else {{ T z = (x - x0) / s; "
+        f"if (s != s || s <= (T)0) {{ y = (T)(0.0 / 0.0); }} else {{ T z = (x - x0) / s; "
         f"y = exp(-(z * z) / (T)2) / (T){SQRT_2PI!r} / s; }}", "bench_gaussian"),
     "exp": cp.ElementwiseKernel("T x", "T y", "y = exp(x)", "bench_exp"),
     "clamp": cp.ElementwiseKernel(

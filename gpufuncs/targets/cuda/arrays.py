@@ -236,7 +236,10 @@ def _cupy_empty(storage, dtype, back, handle: int) -> Operand:
         out = cupy.empty(storage, dtype)
     else:
         # CuPy's pool orders reuse on the stream it allocates under: make that our stream.
-        with cupy.cuda.ExternalStream(handle):
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)  # CuPy >= 14
+        ours = (from_external(get_runtime().stream(handle)) if from_external
+                else cupy.cuda.ExternalStream(handle))
+        with ours:
             out = cupy.empty(storage, dtype)
     return _cupy(out.transpose(back))
 

@@ -122,7 +122,7 @@ class _Pipeline:
         widest = max([v.dtype.itemsize * _core_size(v, c) for v, c in zip(self.views, self.cores)
                       if v is not None] + [d.itemsize * _core_size(o, c) for o, d, c in
                                            zip(self.outs, self.out_dtypes, self.cores[spec.nin:])])
-        self.capacity = max(1, CHUNK_BYTES // widest)
+        self.capacity = max(1, CHUNK_BYTES // max(1, widest))  # widest is 0 for n = 0 orders
 
     def _flatten(self) -> None:
         n = math.prod(self.loop_shape)
