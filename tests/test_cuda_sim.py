@@ -167,6 +167,18 @@ else:
         scalar = gf.exp(np.float32(1.0), target="cuda")  # 0-d in: a scalar out, as on cpu
         assert np.ndim(scalar) == 0 and abs(scalar - np.e) < 3e-7
 
+    def test_new_host_results_reuse_pooled_pinned_memory():
+        x = values(1000)
+        first = gf.exp(x, target="cuda")
+        address = first.ctypes.data
+        view = first[10:20]
+        del first
+        assert view.base is not None and gf.exp(x, target="cuda").ctypes.data != address  # in use
+        del view
+        again = gf.exp(x, target="cuda")  # the freed block comes back
+        assert again.ctypes.data == address
+        np.testing.assert_allclose(again, np.exp(x), rtol=3e-7)
+
     def test_stream_handles_of_every_kind():
         assert stream_handle(0) == 0
         assert stream_handle(cuda.default_stream()) == 0

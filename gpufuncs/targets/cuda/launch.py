@@ -189,8 +189,8 @@ def launch(kernels: CudaKernels, loop_dtype: np.dtype, args: list[Any], cores: l
         built.operand(_ONE, (), 0)
     built.ints(shape)
     built.count(n)
-    kernel = kernels.get(loop_dtype, tuple(built.keys))
-    runtime.launch(stream, kernel, n, built.values)
+    kernel, per_thread = kernels.get(loop_dtype, tuple(built.keys))
+    runtime.launch(stream, kernel, n, built.values, per_thread)
 
 
 # -- the call -------------------------------------------------------------------------------------

@@ -147,9 +147,9 @@ class Runtime:
             (err,) = self._driver.cuMemcpyAsync(dst, src, nbytes, stream.handle)
             self._check(err, f"copying {nbytes} bytes")
 
-    def launch(self, stream: Any, kernel: Any, n: int, args: list[Any]) -> None:
-        """Launch ``kernel`` over ``n`` threads (one per loop element) on ``stream``."""
-        blocks = -(-n // BLOCK)
+    def launch(self, stream: Any, kernel: Any, n: int, args: list[Any], per_thread: int = 1) -> None:
+        """Launch ``kernel`` on ``stream`` over ``n`` loop elements, ``per_thread`` per thread."""
+        blocks = -(-n // (BLOCK * per_thread))
         config = self._configs.get(blocks)
         if config is None:
             config = self._configs[blocks] = self._config_type(grid=blocks, block=BLOCK)
@@ -186,9 +186,9 @@ class SimRuntime(Runtime):
     def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         ctypes.memmove(dst, src, nbytes)
 
-    def launch(self, stream: Any, kernel: Any, n: int, args: list[Any]) -> None:
+    def launch(self, stream: Any, kernel: Any, n: int, args: list[Any], per_thread: int = 1) -> None:
         # ``kernel`` is the cuda.jit dispatcher and ``args`` the logical arguments here.
-        blocks = -(-n // BLOCK)
+        blocks = -(-n // (BLOCK * per_thread))
         kernel[blocks, BLOCK](*args)
 
     @staticmethod
