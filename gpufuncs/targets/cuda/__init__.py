@@ -92,10 +92,8 @@ class CudaTarget(Target):
         **options: Any,
     ) -> tuple[Any, ...]:
         """Run ``plan``: on device arrays in place, on host arrays through pinned chunks."""
-        from ...dispatch import _is_device_array
+        from . import host, launch  # imported on the first call: they need numba.cuda
 
-        if any(_is_device_array(a) for a in (*inputs, *(outs or ()))):
-            from .launch import run
-        else:
-            from .host import run
+        on_device = launch._is_device_array
+        run = launch.run if any(on_device(a) for a in (*inputs, *(outs or ()))) else host.run
         return run(spec, self.kernels(spec), plan, inputs, outs, where, stream)

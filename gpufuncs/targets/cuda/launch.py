@@ -25,7 +25,16 @@ import numpy as np
 from ...dispatch import _is_device_array
 from ...spec import KernelSpec, Loop
 from ..base import Plan
-from .arrays import Operand, allocate, current_stream, describe, has_cai, stream_handle, to_device
+from .arrays import (
+    Operand,
+    allocate,
+    c_strides,
+    current_stream,
+    describe,
+    has_cai,
+    stream_handle,
+    to_device,
+)
 from .compile import CudaKernels
 from .runtime import LEGACY_HANDLES, SimCore, SimPointer, get_runtime
 
@@ -141,6 +150,15 @@ def _loop_strides(op: Any, ndim: int, core: int) -> list[int]:
     return strides
 
 
+def _contiguous(operands: list[Any], loop_shape: tuple[int, ...]) -> bool:
+    """Every array operand C-contiguous over the whole loop (element ``i`` at offset ``i``)."""
+    for op in operands:
+        if isinstance(op, Operand) and (op.shape != loop_shape or
+                                        op.strides != c_strides(loop_shape, op.dtype.itemsize)):
+            return False
+    return True
+
+
 def collapse(shape: tuple[int, ...],
              strides: list[list[int]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
     """Drop unit dimensions and merge adjacent ones that every operand steps through evenly."""
@@ -171,14 +189,17 @@ def launch(kernels: CudaKernels, loop_dtype: np.dtype, args: list[Any], cores: l
     if n == 0:
         return
     every = [*args, where] if isinstance(where, Operand) else list(args)
-    strides = [_loop_strides(op, len(loop_shape), c) for op, c in zip(every, [*cores, 0])]
-    shape, strides = collapse(loop_shape, strides)
-    arrays = [s for op, s in zip(every, strides) if isinstance(op, Operand)]
-    if len(shape) <= 1 and all(s == (1,) or not shape for s in arrays):
-        shape, strides = (), [()] * len(every)  # the flat fast path
-    elif any(c and min(s, default=0) < 0 for s, c in zip(strides, cores)):
-        raise ValueError("device arrays with negative strides along loop dimensions of a core "
-                         "operand are not supported; pass a contiguous copy")
+    if not any(cores) and _contiguous(every, loop_shape):
+        shape, strides = (), [()] * len(every)  # the flat fast path, without collapsing
+    else:
+        strides = [_loop_strides(op, len(loop_shape), c) for op, c in zip(every, [*cores, 0])]
+        shape, strides = collapse(loop_shape, strides)
+        arrays = [s for op, s in zip(every, strides) if isinstance(op, Operand)]
+        if len(shape) <= 1 and all(s == (1,) or not shape for s in arrays):
+            shape, strides = (), [()] * len(every)  # flat after all (F order, unit dimensions)
+        elif any(c and min(s, default=0) < 0 for s, c in zip(strides, cores)):
+            raise ValueError("device arrays with negative strides along loop dimensions of a core "
+                             "operand are not supported; pass a contiguous copy")
     runtime = get_runtime()
     built = _Args(runtime.simulated, shape, n)
     for op, s, c in zip(args, strides, cores):
