@@ -276,6 +276,9 @@ class CudaKernels:
 
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
+        #: Core dimensions of each argument (inputs, then outputs).
+        self.cores = [len(d) for d in (*spec.layout.inputs, *spec.layout.outputs)] if spec.layout \
+            else [0] * (spec.nin + spec.nout)
         options = {} if SIMULATED else {"forceinline": True}
         self.device_function = cuda.jit(device=True, **options)(spec.pyfunc)
         self._source_key = _source_key(spec.pyfunc)

@@ -104,10 +104,14 @@ def _resolve_stream(stream: Any, operands: list[Operand]) -> int:
 
 def _describe_all(objs: list[Any], stream: Any) -> tuple[list[Any], int]:
     """Operands for the device arrays among ``objs`` (others unchanged) and the launch stream."""
-    described = [describe(o) if _is_device_array(o) and not _dlpack_only(o) else o for o in objs]
+    described, pending = [], []
+    for i, obj in enumerate(objs):
+        if _is_device_array(obj) and _dlpack_only(obj):
+            pending.append(i)  # DLPack needs our stream to order the producer's work before it
+        described.append(describe(obj) if _is_device_array(obj) and not pending[-1:] == [i] else obj)
     handle = _resolve_stream(stream, [d for d in described if isinstance(d, Operand)])
-    described = [describe(o, consumer=handle) if _is_device_array(o) and _dlpack_only(o) else d
-                 for o, d in zip(objs, described)]
+    for i in pending:
+        described[i] = describe(objs[i], consumer=handle)
     return described, handle
 
 
@@ -242,8 +246,12 @@ def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
     mask = _where_operand(where, plan.loop_shape, launch_stream, handle)
     if mask is False:
         return tuple(outs)
-    cores = _core_counts(spec, plan)
-    _launch_with_casts(spec, kernels, plan, args, targets, cores, mask, launch_stream)
+    cores = kernels.cores
+    if any(cores):
+        _launch_with_casts(spec, kernels, plan, args, targets, cores, mask, launch_stream)
+    else:
+        launch(kernels, plan.loop.dtype, [*args, *targets], cores, len(targets), mask,
+               plan.loop_shape, launch_stream)
     results = []
     for k, target in enumerate(targets):
         if target.kind == "host-copy":  # a host out= with device inputs: copied back
@@ -254,10 +262,7 @@ def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
     return tuple(results)
 
 
-def _core_counts(spec: KernelSpec, plan: Plan) -> list[int]:
-    if spec.layout is None:
-        return [0] * (spec.nin + spec.nout)
-    return [len(d) for d in (*spec.layout.inputs, *spec.layout.outputs)]
+
 
 
 def _new_output(spec: KernelSpec, plan: Plan, k: int, like: Operand | None, stream: Any,
