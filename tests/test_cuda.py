@@ -5,6 +5,7 @@ Run on a GPU machine with ``pytest -m cuda``. CuPy and torch tests skip when tho
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -180,6 +181,7 @@ def _copy_counters(monkeypatch, cp, torch):
     for name in ("host_to_device", "device_to_host"):
         counting(numba_driver, name)
     counting(devicearray.DeviceNDArray, "copy_to_host")
+    counting(numba_driver.Context, "memalloc")  # Numba's own (non-pooled) allocator
     counting(runtime.Runtime, "copy")
     for name in ("asnumpy", "asarray"):
         counting(cp, name)
@@ -209,7 +211,7 @@ def test_device_inputs_never_copy_to_or_from_the_host(monkeypatch, cuda, cp, tor
     gf.clamp(x_numba, 0.0, 0.5)
     gf.hermite_norm(x_torch, 8)
     gf.hermite_norm(x_numba, 8, out=cp.empty((8, 1000), cp.float32).T)
-    assert calls == []
+    assert calls == []  # no copies, and Numba outputs came from the pool, not cuMemAlloc
     start = time.perf_counter()
     for _ in range(5):
         gf.gaussian(x, 0.0, 1.0, out=out)
@@ -217,6 +219,20 @@ def test_device_inputs_never_copy_to_or_from_the_host(monkeypatch, cuda, cp, tor
     per_call = (time.perf_counter() - start) / 5
     assert per_call < 0.020, f"{per_call * 1e3:.1f} ms per 1 GiB call: data may have left the GPU"
     assert float(out[12345]) == pytest.approx(float(cpu(gf.gaussian, np.float32(1), 0.0, 1.0)), rel=1e-6)
+
+
+def test_numba_results_come_from_the_stream_ordered_pool(cuda):
+    from gpufuncs.targets.cuda.runtime import get_runtime
+
+    runtime = get_runtime()
+    x = cuda.to_device(normal(1 << 20))
+    before = runtime.pool_attribute("USED_MEM_CURRENT")
+    result = gf.exp(x)
+    assert runtime.pool_attribute("USED_MEM_CURRENT") - before >= result.nbytes
+    del result
+    gc.collect()
+    cuda.synchronize()
+    assert runtime.pool_attribute("USED_MEM_CURRENT") == before  # freed back to the pool
 
 
 # -- streams --------------------------------------------------------------------------------------------
