@@ -23,7 +23,7 @@ from .targets import TARGET_NAMES, CudaUnavailableError, Plan, get_target
 #: ``target="auto"`` runs host arrays on ``parallel`` from this many output elements up, on
 #: ``cpu`` below. Measured on the 2-core CI machine (Numba's default ``omp`` threading layer) with
 #: ``benchmarks/bench_cpu.py``, table ``benchmarks/results/cpu_crossover.txt``: ``parallel`` never
-#: beat ``cpu`` for the elementwise kernels up to 10^7 elements (1.2x-9x slower at every size: the
+#: beat ``cpu`` for the elementwise kernels up to 10^7 elements (1.2x-11x slower at every size: the
 #: omp layer calls the ufunc loop once per element), while ``hermite_norm`` (8 outputs per call)
 #: gains from about 10^4 outputs. One threshold cannot serve both; this one keeps elementwise
 #: kernels on ``cpu``. Re-measure it whenever the parallel target or threading layer changes.
