@@ -45,7 +45,7 @@ def _is_device_array(obj: Any) -> bool:
     cls = type(obj)
     # Looked up on the class first: torch computes the interface dict on every access.
     if hasattr(cls, "__cuda_array_interface__") or getattr(cls, "__cuda_ndarray__", False):
-        return True
+        return getattr(obj, "is_cuda", True)  # torch declares the interface on CPU tensors too
     if "__cuda_array_interface__" in getattr(obj, "__dict__", ()):
         return True
     dlpack_device = getattr(obj, "__dlpack_device__", None)
@@ -211,7 +211,7 @@ class Kernel:
         overridden = self._try_overrides(inputs, outs, sizes, given, target)
         if overridden is not NotImplemented:
             return overridden
-        on_device = any(_is_device_array(a) for a in (*inputs, *(outs or ())))
+        on_device = any(_is_device_array(a) for a in (*inputs, *(outs or ()), where))
         host_inputs = [a if _is_device_array(a) or isinstance(a, (*_WEAK_SCALARS, np.ndarray))
                        else np.asarray(a) for a in inputs]
         plan = self._plan(host_inputs, outs, sizes, dtype, casting, order)
@@ -330,7 +330,7 @@ class Kernel:
                     raise ValueError(f"{self.__name__}: out= array is read-only")
             elif not _is_device_array(o):
                 raise TypeError(f"{self.__name__}: out= must be an array, got {type(o).__name__}")
-            elif o.__cuda_array_interface__.get("data", (0, False))[1]:
+            elif _read_only_device_array(o):
                 raise ValueError(f"{self.__name__}: out= device array is read-only")
         return outs
 
@@ -479,6 +479,12 @@ class _SizedKernel:
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         return self.kernel.call(*inputs, *self.sizes, **kwargs)
+
+
+def _read_only_device_array(obj: Any) -> bool:
+    """The read-only flag of ``__cuda_array_interface__`` (DLPack-only objects carry none)."""
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    return bool(interface and interface.get("data", (0, False))[1])
 
 
 def _device_dtype(obj: Any) -> np.dtype:

@@ -39,10 +39,13 @@ def outer(kernel: Kernel, a: Any, b: Any, **kwargs: Any) -> Any:
 
 
 def _host_ufunc(kernel: Kernel, target: str) -> Any:
+    """The single-threaded ufunc: reduce, accumulate and at run its loop with the output
+    aliasing an input (each step needs the previous one), which a loop split across threads
+    (the ``parallel`` target) computes wrongly. ``parallel`` is accepted and runs it too."""
     if target not in ("auto", "cpu", "parallel"):
         raise ValueError(f"{kernel.__name__}: target {target!r} is not available for this method "
                          "on host arrays; use 'cpu' or 'parallel'")
-    compiled = kernel.compiled("cpu" if target == "auto" else target)
+    compiled = kernel.compiled("cpu")
     return getattr(compiled, "ufunc", compiled)
 
 

@@ -18,6 +18,7 @@ from .spec import (
     parse_layout,
     parse_loop,
 )
+from .targets import get_target
 
 
 class Registry(Mapping[str, Kernel]):
@@ -65,7 +66,8 @@ def get(name: str, target: str = "cpu") -> Any:
     For ``cpu`` this is a ``DUFunc`` (or ``GUFunc``), for ``parallel`` a :class:`numpy.ufunc`,
     for ``cuda`` Numba's CUDA ufunc object.
     """
-    return registry[name].compiled(target)
+    kernel = registry[name]
+    return get_target(target).public_object(kernel.compiled(target))
 
 
 def names() -> list[str]:

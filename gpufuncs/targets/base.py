@@ -59,6 +59,10 @@ class Target:
         """Build this target's compiled object for ``spec`` (called once per kernel)."""
         raise NotImplementedError
 
+    def public_object(self, compiled: Any) -> Any:
+        """What ``gpufuncs.get`` returns for ``compiled``: the Numba object (default: itself)."""
+        return compiled
+
     def execute(
         self,
         spec: KernelSpec,

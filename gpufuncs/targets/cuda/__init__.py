@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import threading
 from typing import Any
 
 from ...spec import KernelSpec
@@ -53,32 +52,19 @@ class CudaTarget(Target):
 
     name = "cuda"
 
-    def __init__(self) -> None:
-        # Our own kernels per spec (by identity: specs hold dicts and are not hashable). The
-        # compiled object the dispatcher caches is Numba's CUDA ufunc, for gpufuncs.get().
-        self._kernels: dict[int, tuple[KernelSpec, Any]] = {}
-        self._lock = threading.Lock()
-
     def unavailable_reason(self) -> str | None:
         return _unavailable_reason()
 
     def compile(self, spec: KernelSpec) -> Any:
-        """Numba's ``@vectorize`` / ``@guvectorize`` object with ``target="cuda"``."""
-        from .compile import numba_object
-
-        return numba_object(spec)
-
-    def kernels(self, spec: KernelSpec) -> Any:
         """The :class:`~.compile.CudaKernels` of ``spec`` (kernels compile per call types)."""
-        found = self._kernels.get(id(spec))
-        if found is None or found[0] is not spec:
-            from .compile import CudaKernels
+        from .compile import CudaKernels
 
-            with self._lock:
-                found = self._kernels.get(id(spec))
-                if found is None or found[0] is not spec:
-                    found = self._kernels[id(spec)] = (spec, CudaKernels(spec))
-        return found[1]
+        return CudaKernels(spec)
+
+    def public_object(self, compiled: Any) -> Any:
+        """Numba's ``@vectorize`` / ``@guvectorize`` (``target="cuda"``) object, built on request:
+        the call path never uses it, so a first cuda call does not pay for it."""
+        return compiled.numba_object()
 
     def execute(
         self,
@@ -96,4 +82,4 @@ class CudaTarget(Target):
 
         on_device = launch._is_device_array
         run = launch.run if any(on_device(a) for a in (*inputs, *(outs or ()))) else host.run
-        return run(spec, self.kernels(spec), plan, inputs, outs, where, stream)
+        return run(spec, compiled, plan, inputs, outs, where, stream)

@@ -285,6 +285,14 @@ class CudaKernels:
         self._dispatchers: dict[np.dtype, Any] = {}
         self._launchable: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
+        self._numba_object: Any = None
+
+    def numba_object(self) -> Any:
+        """Numba's own CUDA ufunc object for this spec (see :func:`numba_object`), built once."""
+        with self._lock:
+            if self._numba_object is None:
+                self._numba_object = numba_object(self.spec)
+        return self._numba_object
 
     def get(self, loop_dtype: np.dtype, keys: tuple[Any, ...]) -> tuple[Any, int]:
         """The launchable kernel for the loop dtype and argument keys (compiled on first use),
