@@ -5,7 +5,7 @@ ufunc on host arrays or GPU arrays. Importing this package compiles nothing: eac
 compiled for a target on its first use there.
 """
 
-from .dispatch import AUTO_PARALLEL_MIN_SIZE, Kernel
+from .dispatch import AUTO_PARALLEL_MIN_SIZE, AUTO_PARALLEL_MIN_SIZE_GUFUNC, Kernel
 from .registry import float_signatures, get, gufunc, names, registry, ufunc
 from .scalar import as_type
 from .spec import KernelDefinitionError, Tolerance
@@ -23,6 +23,7 @@ hermite_norm = registry["hermite_norm"]
 
 __all__ = [
     "AUTO_PARALLEL_MIN_SIZE",
+    "AUTO_PARALLEL_MIN_SIZE_GUFUNC",
     "CudaUnavailableError",
     "Kernel",
     "KernelCompileError",

@@ -24,10 +24,13 @@ from .targets import TARGET_NAMES, CudaUnavailableError, Plan, get_target
 #: ``cpu`` below. Measured on the 2-core CI machine (Numba's default ``omp`` threading layer) with
 #: ``benchmarks/bench_cpu.py``, table ``benchmarks/results/cpu_crossover.txt``: ``parallel`` never
 #: beat ``cpu`` for the elementwise kernels up to 10^7 elements (1.2x-11x slower at every size: the
-#: omp layer calls the ufunc loop once per element), while ``hermite_norm`` (8 outputs per call)
-#: gains from about 10^4 outputs. One threshold cannot serve both; this one keeps elementwise
-#: kernels on ``cpu``. Re-measure it whenever the parallel target or threading layer changes.
+#: omp layer calls the ufunc loop once per element), so elementwise kernels stay on ``cpu``.
+#: Re-measure whenever the parallel target or threading layer changes.
 AUTO_PARALLEL_MIN_SIZE = 10**9
+
+#: The same threshold for generalized kernels: ``hermite_norm`` (8 outputs per loop call) gains
+#: on ``parallel`` from about 8,000 output elements in the same table.
+AUTO_PARALLEL_MIN_SIZE_GUFUNC = 10**4
 
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 _ORDERS = ("K", "A", "C", "F")
@@ -84,7 +87,7 @@ class Kernel:
         self._compiled: dict[str, Any] = {}
         self._compile_lock = threading.Lock()
         self._output_dims = spec.layout.output_only_dims if spec.layout else ()
-        self._fast_signatures: dict[tuple[Any, ...], str] = {}
+        self._fast_loops: dict[tuple[Any, ...], Any] = {}
         # __call__ takes **kwargs for speed; advertise call()'s keywords to introspection
         # (Dask checks that the keywords it forwards exist).
         self.__signature__ = inspect.signature(self.call)
@@ -190,7 +193,8 @@ class Kernel:
             Memory order of allocated outputs.
         target : {'auto', 'cpu', 'parallel', 'cuda'}
             Where to run; ``auto`` picks ``cuda`` for device arrays, else ``cpu`` below
-            ``AUTO_PARALLEL_MIN_SIZE`` output elements and ``parallel`` from there up.
+            ``AUTO_PARALLEL_MIN_SIZE`` output elements (``AUTO_PARALLEL_MIN_SIZE_GUFUNC`` for
+            generalized kernels) and ``parallel`` from there up.
         stream : optional
             For ``cuda``: a numba, cuda.core, CuPy or torch stream to run on.
 
@@ -250,30 +254,52 @@ class Kernel:
     def _fast_call(self, args: tuple[Any, ...], target: str) -> Any:
         """Skip re-validation for argument types already seen; ``NotImplemented`` if not eligible.
 
-        Eligible: an elementwise kernel on ``cpu`` with NumPy arrays of one shape and scalars,
-        whose dtypes resolved before to a loop that returns its own dtype. NumPy's ufunc then
-        does the (already validated) work directly; anything else takes :meth:`call`.
+        Eligible: a call on ``cpu`` with NumPy arrays of one shape and scalars (plus the integer
+        sizes of a gufunc like ``hermite_norm``), whose dtypes resolved before to a loop that
+        returns its own dtype. NumPy's ufunc then does the (already validated) work directly;
+        anything else, errors included, takes :meth:`call`.
         """
         key = tuple(a.dtype if type(a) is np.ndarray else type(a) for a in args)
-        signature = self._fast_signatures.get(key)
-        if signature is None:
-            signature = self._fast_signatures[key] = self._fast_signature(key)
-        if not signature or target not in ("auto", "cpu"):
+        loop = self._fast_loops.get(key)
+        if loop is None:
+            loop = self._fast_loops[key] = self._fast_loop(key)
+        if not loop or (target != "auto" and target != "cpu"):
             return NotImplemented
-        shapes = {a.shape for a in args if type(a) is np.ndarray}
-        if len(shapes) > 1:
-            return NotImplemented
-        if target == "auto" and shapes and math.prod(shapes.pop()) >= AUTO_PARALLEL_MIN_SIZE:
-            return NotImplemented
+        nin = self.nin
+        shape = None
+        for a in args[:nin] if len(args) > nin else args:
+            if type(a) is np.ndarray:
+                if shape is None:
+                    shape = a.shape
+                elif a.shape != shape:
+                    return NotImplemented
+        size = 1 if shape is None else math.prod(shape)
         ufunc = self._cpu_ufunc or self._load_cpu_ufunc()
-        return ufunc(*args, signature=signature)
+        if len(args) == nin:  # elementwise: ``loop`` is the signature string
+            if target == "auto" and size >= AUTO_PARALLEL_MIN_SIZE:
+                return NotImplemented
+            return ufunc(*args, signature=loop)
+        sizes = args[nin:]
+        if min(sizes) < 0 or (target == "auto" and
+                              size * math.prod(sizes) >= AUTO_PARALLEL_MIN_SIZE_GUFUNC):
+            return NotImplemented
+        out = np.empty((*(shape or ()), *sizes), loop)
+        ufunc(*args[:nin], out)
+        return out
 
-    def _fast_signature(self, key: tuple[Any, ...]) -> str:
-        """The loop signature for argument types ``key``, or ``''`` if they need the full path."""
-        if self.spec.layout is not None or len(key) != self.nin:
+    def _fast_loop(self, key: tuple[Any, ...]) -> Any:
+        """What the fast path runs for argument types ``key``: the signature string of an
+        elementwise kernel, the loop dtype of a gufunc with scalar inputs and only output-only
+        core dimensions, or ``''`` when these types need the full path."""
+        layout = self.spec.layout
+        if len(key) != self.nin + len(self._output_dims):
+            return ""
+        if layout is not None and (any(layout.inputs) or set(self._output_dims) != {
+                d for dims in layout.outputs for d in dims} or key[self.nin:] != (int,) * len(
+                self._output_dims)):
             return ""
         dtypes = []
-        for k in key:
+        for k in key[: self.nin]:
             if isinstance(k, np.dtype) and k.kind in "biuf":
                 dtypes.append(k)
             elif k in _WEAK_SCALARS:
@@ -286,7 +312,12 @@ class Kernel:
             loop, result = self._loop_dtype(dtypes, None)
         except TypeError:
             return ""
-        return "" if loop != result else loop.char * self.nin + "->" + loop.char
+        if loop != result:
+            return ""
+        return loop if layout is not None else loop.char * self.nin + "->" + loop.char
+
+    def _parallel_threshold(self) -> int:
+        return AUTO_PARALLEL_MIN_SIZE_GUFUNC if self.spec.layout else AUTO_PARALLEL_MIN_SIZE
 
     def _load_cpu_ufunc(self) -> Any:
         compiled = self.compiled("cpu")
@@ -462,7 +493,7 @@ class Kernel:
             if on_device:
                 return "cuda"
             size = math.prod(plan.out_shapes[0])
-            return "parallel" if size >= AUTO_PARALLEL_MIN_SIZE else "cpu"
+            return "parallel" if size >= self._parallel_threshold() else "cpu"
         if on_device and target != "cuda":
             raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
                              f"not {target!r} (copy them to the host first)")
