@@ -274,17 +274,16 @@ class Kernel:
                 elif a.shape != shape:
                     return NotImplemented
         size = 1 if shape is None else math.prod(shape)
-        ufunc = self._cpu_ufunc or self._load_cpu_ufunc()
         if len(args) == nin:  # elementwise: ``loop`` is the signature string
             if target == "auto" and size >= AUTO_PARALLEL_MIN_SIZE:
                 return NotImplemented
-            return ufunc(*args, signature=loop)
+            return (self._cpu_ufunc or self._load_cpu_ufunc())(*args, signature=loop)
         sizes = args[nin:]
         if min(sizes) < 0 or (target == "auto" and
                               size * math.prod(sizes) >= AUTO_PARALLEL_MIN_SIZE_GUFUNC):
             return NotImplemented
         out = np.empty((*(shape or ()), *sizes), loop)
-        ufunc(*args[:nin], out)
+        (self._cpu_ufunc or self._load_cpu_ufunc())(*args[:nin], out)
         return out
 
     def _fast_loop(self, key: tuple[Any, ...]) -> Any:
