@@ -87,7 +87,7 @@ def basic_compare(kernel: Kernel, args: tuple, result: np.ndarray, dtype: np.dty
     where the reference rounded to ``dtype`` has them, elsewhere within ``atol + rtol * scale``
     (``scale`` norm-wise along gufunc core dimensions) or within ``ulps``.
     """
-    spec, tol = kernel.spec, kernel.spec.tolerance(dtype)
+    spec, tol = kernel.spec, kernel.spec.tolerance(dtype, target)
     with np.errstate(all="ignore"):
         ref = np.asarray(spec.reference(*(a.astype(np.float64) for a in args[: spec.nin]),
                                         *args[spec.nin:]), dtype=np.float64)

@@ -75,10 +75,12 @@ def names() -> list[str]:
     return list(registry)
 
 
-def _tolerances(given: Mapping[Any, Tolerance | float] | None) -> dict[np.dtype, Tolerance]:
-    result = {}
-    for dtype, tol in (given or {}).items():
-        result[np.dtype(dtype)] = tol if isinstance(tol, Tolerance) else Tolerance(rtol=float(tol))
+def _tolerances(given: Mapping[Any, Tolerance | float] | None) -> dict[Any, Tolerance]:
+    """Keys: a dtype, or ``(target, dtype)`` for a target-specific tolerance."""
+    result: dict[Any, Tolerance] = {}
+    for key, tol in (given or {}).items():
+        key = (key[0], np.dtype(key[1])) if isinstance(key, tuple) else np.dtype(key)
+        result[key] = tol if isinstance(tol, Tolerance) else Tolerance(rtol=float(tol))
     return result
 
 

@@ -172,8 +172,9 @@ class KernelSpec:
     reference : callable
         NumPy/SciPy function the kernel must agree with, called with float64 NumPy inputs (and
         the output-only core dimension sizes, for gufuncs).
-    tolerances : mapping of dtype to Tolerance
-        Accepted error per loop dtype.
+    tolerances : mapping of dtype (or ``(target, dtype)``) to Tolerance
+        Accepted error per loop dtype, optionally per target (CUDA's ``expf`` is within 2 ULP
+        where the CPU's libm is within 1).
     doc : str
         The docstring of the public callable.
     identity : float or None
@@ -187,7 +188,7 @@ class KernelSpec:
     loops: tuple[Loop, ...]
     layout: Layout | None
     reference: Callable[..., Any] | None
-    tolerances: Mapping[np.dtype, Tolerance]
+    tolerances: Mapping[Any, Tolerance]
     doc: str
     identity: float | None = None
     domains: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -209,8 +210,12 @@ class KernelSpec:
     def input_names(self) -> tuple[str, ...]:
         return self.arg_names[: self.nin]
 
-    def tolerance(self, dtype: np.dtype) -> Tolerance:
-        return self.tolerances.get(np.dtype(dtype)) or default_tolerance(np.dtype(dtype))
+    def tolerance(self, dtype: np.dtype, target: str | None = None) -> Tolerance:
+        """The declared tolerance for ``dtype`` on ``target`` (a per-target entry, keyed
+        ``(target, dtype)``, wins over the dtype's), else :func:`default_tolerance`."""
+        dtype = np.dtype(dtype)
+        return (self.tolerances.get((target, dtype)) or self.tolerances.get(dtype)
+                or default_tolerance(dtype))
 
     def loop_for(self, dtype: np.dtype) -> Loop | None:
         """The declared loop computing in ``dtype``, if any."""

@@ -433,7 +433,7 @@ def compare(
     if all(r.size == 0 for r in results):
         return Comparison(spec.name, dtype, target, 0, 0.0, 0.0)
     refs = tuple(_fit(r, shape, spec.name) for r, shape in zip(reference_values(k, args, dtype), shapes))
-    tol = spec.tolerance(dtype)
+    tol = spec.tolerance(dtype, target)
     checks = [_check_points(spec, res, ref, tol) for res, ref in zip(results, refs)]
     failing = [(i, c) for i, c in enumerate(checks) if c.failed.any()]
     if failing:

@@ -2,7 +2,8 @@
 
 References are computed here, independently of the kernels' declared ``reference``:
 ``scipy.stats.norm.pdf``, ``np.exp``, ``np.clip``, ``hermevander`` / ``eval_hermitenorm`` and
-mpmath. Known disagreements are strict ``xfail`` tests (they fail once the kernel is fixed).
+mpmath. Points where the kernels once disagreed (tiny sigma, overflowing x - x0, Hermite overflow
+and NaN) are tested explicitly.
 """
 
 from __future__ import annotations
@@ -150,20 +151,25 @@ _TINY_SIGMA = (np.array([13.9e-30, 15e-30], np.float32), np.float32(0.0), np.flo
 _OVERFLOWING_DIFFERENCE = (np.array([3e38], np.float32), np.float32(-3e38), np.float32(INF))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "kernel bug (float32): exp(-z*z/2) is subnormal or 0 before the division by sigma, so for "
-    "sigma=1e-30, z=13.9 the result is 1.2e4 ULP off and z=15 gives 0 instead of 5.5e-20"))
 def test_gaussian_float32_tiny_sigma_keeps_precision():
     compare(gf.gaussian, _TINY_SIGMA, gf.gaussian(*_TINY_SIGMA), target="cpu")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "kernel disagreement (float32): x - x0 overflows to inf, and inf/inf gives nan where "
-    "norm.pdf(3e38, -3e38, inf) is 0"))
 def test_gaussian_float32_overflowing_difference_with_infinite_sigma():
     with np.errstate(all="ignore"):
         result = gf.gaussian(*_OVERFLOWING_DIFFERENCE)
     compare(gf.gaussian, _OVERFLOWING_DIFFERENCE, result, target="cpu")
+
+
+def test_gaussian_float64_overflowing_difference_where_scipy_gives_nan():
+    """The one known disagreement with the reference (excluded in test_properties.py): in
+    float64, x - x0 overflows inside SciPy too, which then returns nan; the density is 0."""
+    big = np.finfo(np.float64).max
+    with np.errstate(all="ignore"):
+        assert np.isnan(norm.pdf(-big, loc=big, scale=np.inf))
+        assert norm.pdf(-big / 2, loc=big / 2, scale=np.inf) == 0.0  # no overflow: 0
+    assert gf.gaussian(-big, big, np.inf) == 0.0
+    assert gf.gaussian(np.float32(-3e38), np.float32(3e38), np.float32(np.inf)) == 0.0
 
 
 # -- exp --------------------------------------------------------------------------------------------
@@ -296,15 +302,12 @@ def assert_normwise(result, expected, rtol):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_hermite_matches_hermevander(dtype, target):
     x = np.linspace(-30, 30, 241).astype(dtype)
-    n = 40 if dtype == np.float32 else 150  # float32: below the overflow at |x| = 30 (xfail below)
+    n = 40 if dtype == np.float32 else 150  # float32: hermevander overflows float32 beyond
     r = gf.hermite_norm(x, n, target=target)
     assert r.dtype == dtype and r.shape == (241, n)
     assert_normwise(r, _normalized_hermevander(x, n), gf.hermite_norm.spec.tolerance(dtype).rtol)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reference inaccuracy: the declared reference normalizes by exp(0.5*gammaln(k+1)), ~100 eps "
-    "off at n=160 (hermevander/sqrt(k!) with exact factorials: ~2 eps), beyond the declared 64 eps"))
 def test_declared_hermite_reference_is_within_tolerance_of_mpmath():
     x = np.linspace(-6, 6, 25)
     n = 160
@@ -385,9 +388,6 @@ def test_hermite_large_n_against_mpmath(dtype):
     assert_normwise(r, true, gf.hermite_norm.spec.tolerance(dtype).rtol)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kernel bug (float32): x*h[k-1] overflows before the division by sqrt(k), so "
-    "hermite_norm(float32(30), 500)[45] is inf where the true value is 8.49e37"))
 def test_hermite_float32_finite_where_true_value_is():
     true = _true_rows([-30.0, 30.0])
     fits = np.abs(true) < np.finfo(np.float32).max
@@ -396,9 +396,6 @@ def test_hermite_float32_finite_where_true_value_is():
     assert np.isfinite(r[fits]).all()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kernel bug (float32): after overflowing, the recurrence computes inf - inf, so "
-    "hermite_norm(float32(30), 500)[47:] is nan where the true value overflows float32 (inf)"))
 def test_hermite_float32_overflow_gives_inf():
     true = _true_rows([-30.0, 30.0])
     with np.errstate(all="ignore"):
@@ -408,9 +405,6 @@ def test_hermite_float32_overflow_gives_inf():
     np.testing.assert_array_equal(r[overflow], np.copysign(np.inf, true[overflow]))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kernel/reference disagreement: hermite_norm(nan, n)[0] is 1.0 (He_0 is constant), while "
-    "hermevander and scipy's eval_hermitenorm(0, nan) give nan"))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_hermite_nan_input_gives_nan(dtype):
     r = gf.hermite_norm(np.array([NAN], dtype), 3)

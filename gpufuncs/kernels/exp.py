@@ -11,7 +11,9 @@ from ..spec import Tolerance
 @ufunc(
     signatures=float_signatures(1),
     reference=np.exp,
-    tolerances={np.float32: Tolerance(rtol=0.0, ulps=1), np.float64: Tolerance(rtol=0.0, ulps=1)},
+    # 1 ULP on the CPU targets (libm); CUDA's expf is documented within 2 ULP.
+    tolerances={np.float32: Tolerance(rtol=0.0, ulps=1), np.float64: Tolerance(rtol=0.0, ulps=1),
+                ("cuda", np.float32): Tolerance(rtol=0.0, ulps=2)},
 )
 def exp(x):
     """Exponential ``e**x``, like ``numpy.exp``: overflow gives inf, underflow 0, NaN stays NaN."""

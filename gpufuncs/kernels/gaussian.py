@@ -38,5 +38,15 @@ def gaussian(x, x0, sigma):
     """
     if sigma != sigma or sigma <= as_type(0, sigma):  # quiet NaN test first: no FP warning
         return as_type(math.nan, x)
-    z = (x - x0) / sigma
-    return math.exp(-(z * z) / as_type(2, z)) / as_type(_SQRT_2PI, z) / sigma
+    diff = x - x0
+    if math.isinf(diff) and not (math.isinf(x) or math.isinf(x0)):
+        z = x / sigma - x0 / sigma  # the difference of two finite values overflowed: scale first
+    else:
+        z = diff / sigma
+    zz = z * z
+    if zz > as_type(170, zz) and sigma < as_type(1, sigma):
+        # exp(-z*z/2) alone would be subnormal (float32) before a small sigma lifts it back
+        # into range: take it as two halves and divide in between.
+        half = math.exp(-zz / as_type(4, zz))
+        return half * (half / (as_type(_SQRT_2PI, z) * sigma))
+    return math.exp(-zz / as_type(2, zz)) / as_type(_SQRT_2PI, z) / sigma

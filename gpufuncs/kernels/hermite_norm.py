@@ -9,13 +9,26 @@ from ..scalar import as_type
 from ..spec import Tolerance
 
 
+def _sqrt_factorials(n):
+    """``sqrt(k!)`` for ``k < n`` from exact integer factorials, correctly rounded (inf past
+    float64's range): the reference must be far more accurate than the kernel it checks."""
+    values = []
+    for k in range(n):
+        f = math.factorial(k)
+        shift = max(0, (f.bit_length() - 1000) // 2)  # keep 1000 bits, exact scaling by 2**shift
+        values.append(np.ldexp(math.sqrt(f >> (2 * shift)), shift))
+    return np.array(values, dtype=np.float64)
+
+
 def _reference(x, n):
     from numpy.polynomial.hermite_e import hermevander
-    from scipy.special import gammaln
 
-    k = np.arange(n)
+    x = np.asarray(x, dtype=np.float64)
+    if n == 0:
+        return np.empty((*x.shape, 0))
     with np.errstate(over="ignore", invalid="ignore"):
-        return hermevander(x, n - 1)[..., :n] / np.exp(0.5 * gammaln(k + 1))
+        values = hermevander(x.reshape(-1), n - 1) / _sqrt_factorials(n)
+    return values.reshape((*x.shape, n))
 
 
 @gufunc(
@@ -31,21 +44,37 @@ def hermite_norm(x, out):
     """Normalized Hermite functions ``out[k] = He_k(x) / sqrt(k!)`` for ``k < n``.
 
     Probabilists' Hermite polynomials (``He_0 = 1``, ``He_1 = x``), computed with the normalized
-    recurrence ``h_k = (x*h_{k-1} - sqrt(k-1)*h_{k-2}) / sqrt(k)``, which never forms ``k!`` and so
-    stays finite wherever the result is (``n`` in the hundreds, ``|x|`` up to about 30 in
-    float64). Called as ``hermite_norm(x, n)``: the result has shape ``x.shape + (n,)``.
+    recurrence ``h_k = (x*h_{k-1} - sqrt(k-1)*h_{k-2}) / sqrt(k)``, which never forms ``k!``, with
+    the pair rescaled by powers of two when it grows, so every value that fits the dtype is
+    finite (``n`` in the hundreds, ``|x|`` up to 30) and larger ones are ``±inf``. NaN input gives
+    NaN throughout. Called as ``hermite_norm(x, n)``: the result has shape ``x.shape + (n,)``.
     """
     n = out.shape[0]
     if n == 0:
         return
-    prev = as_type(1, x)
+    prev = x * as_type(0, x) + as_type(1, x)  # He_0 = 1, and NaN for NaN or inf like hermevander
     out[0] = prev
     if n == 1:
         return
     cur = x
     out[1] = cur
-    for k in range(2, n):
-        nxt = (x * cur - math.sqrt(as_type(k - 1, x)) * prev) / math.sqrt(as_type(k, x))
-        out[k] = nxt
-        prev = cur
-        cur = nxt
+    # Rescaling by 2**-64 whenever a value outgrows 2**64 keeps x*h_{k-1} from overflowing
+    # before the division; the scale is applied again on the way out, so a result that does
+    # not fit the dtype becomes inf with the right sign, never inf - inf = NaN.
+    big, small = as_type(2.0**64, x), as_type(2.0**-64, x)
+    scale = 0
+    k = as_type(1, x)
+    root_prev = k  # sqrt(k - 1), carried: one square root per order
+    for i in range(2, n):
+        k += as_type(1, x)
+        root = math.sqrt(k)
+        nxt = (x * cur - root_prev * prev) / root
+        prev, cur, root_prev = cur, nxt, root
+        if abs(cur) > big:
+            prev *= small
+            cur *= small
+            scale += 1
+        value = cur
+        for _ in range(scale):
+            value *= big
+        out[i] = value

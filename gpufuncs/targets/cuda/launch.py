@@ -229,11 +229,13 @@ def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
     _wait_for_producers(described, handle, launch_stream)
     loop = plan.loop.dtype
     args: list[Any] = []
-    for value in described[: len(inputs)]:
+    for value, core in zip(described[: len(inputs)], kernels.cores):
         if isinstance(value, Operand):
             args.append(value)
         else:
-            scalar = _by_value(value, loop)
+            # Only loop-dimension scalars go by value: a one-element input with core
+            # dimensions is an array to the kernel body.
+            scalar = None if core else _by_value(value, loop)
             args.append(scalar if scalar is not None else to_device(np.asarray(value), launch_stream))
     like = next((a for a in args if isinstance(a, Operand) and a.kind != "host-copy"), None)
     if outs is None:
