@@ -153,7 +153,7 @@ class _Pipeline:
                       if spec.layout else [0] * (spec.nin + spec.nout))
         loop_shape = plan.loop_shape or (1,)
         lead = () if plan.loop_shape else (np.newaxis,)
-        self.scalars = [_by_value(a, loop) for a in inputs]
+        self.scalars = [_by_value(a, loop, c) for a, c in zip(inputs, self.cores)]
         self.views = [None if s is not None else
                       np.broadcast_to(np.asarray(a), plan.loop_shape + _core_shape(np.shape(a), c))[lead]
                       for a, s, c in zip(inputs, self.scalars, self.cores)]

@@ -129,8 +129,12 @@ def _wait_for_producers(operands: list[Any], handle: int, launch_stream: Any) ->
                 waited.add(op.stream)
 
 
-def _by_value(value: Any, dtype: np.dtype) -> Any | None:
-    """A host scalar or one-element host array as a scalar of ``dtype``; else ``None``."""
+def _by_value(value: Any, dtype: np.dtype, core: int) -> Any | None:
+    """A host scalar or one-element host array as a scalar of ``dtype``; else ``None``.
+
+    Operands with ``core`` dimensions are arrays to the kernel body, whatever their size."""
+    if core:
+        return None
     if isinstance(value, np.ndarray):
         return dtype.type(value.reshape(())[()]) if value.size == 1 else None
     return dtype.type(value)
@@ -233,9 +237,7 @@ def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
         if isinstance(value, Operand):
             args.append(value)
         else:
-            # Only loop-dimension scalars go by value: a one-element input with core
-            # dimensions is an array to the kernel body.
-            scalar = None if core else _by_value(value, loop)
+            scalar = _by_value(value, loop, core)
             args.append(scalar if scalar is not None else to_device(np.asarray(value), launch_stream))
     like = next((a for a in args if isinstance(a, Operand) and a.kind != "host-copy"), None)
     if outs is None:
