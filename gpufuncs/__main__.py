@@ -79,46 +79,19 @@ def check_inputs(spec: KernelSpec, dtype: np.dtype) -> list[np.ndarray]:
             for name in spec.input_names]
 
 
-def basic_compare(kernel: Kernel, args: tuple, result: np.ndarray, dtype: np.dtype, target: str) -> tuple:
-    """(max relative error, max ULPs) of ``result``; ``AssertionError`` if a point fails.
-
-    Used only when :mod:`gpufuncs.testing` cannot be imported (it needs Hypothesis, which a
-    plain ``pip install .`` lacks); same rules, without its failure report: NaN and infinities
-    where the reference rounded to ``dtype`` has them, elsewhere within ``atol + rtol * scale``
-    (``scale`` norm-wise along gufunc core dimensions) or within ``ulps``.
-    """
-    spec, tol = kernel.spec, kernel.spec.tolerance(dtype, target)
-    with np.errstate(all="ignore"):
-        ref = np.asarray(spec.reference(*(a.astype(np.float64) for a in args[: spec.nin]),
-                                        *args[spec.nin:]), dtype=np.float64)
-        rounded = ref.astype(dtype)
-        special = ~np.isfinite(result) | ~np.isfinite(rounded)
-        scale = np.where(special, 0.0, np.abs(ref))
-        if spec.layout:
-            core = tuple(range(-len(spec.layout.outputs[0]), 0))
-            scale = np.broadcast_to(scale.max(axis=core, keepdims=True), ref.shape)
-        err = np.where(special, 0.0, np.abs(result - ref))
-        ulps = np.where(special, 0.0, err / np.spacing(np.abs(rounded)))
-        rel = err / np.maximum(scale, np.finfo(np.float64).tiny)
-    ok = (err <= tol.atol + tol.rtol * scale) | (ulps <= (tol.ulps if tol.ulps is not None else -1))
-    if not (ok.all() and np.array_equal(result[special], rounded[special], equal_nan=True)):
-        raise AssertionError(f"{spec.name} ({dtype}, target {target!r}): {int((~ok).sum())} point(s) "
-                             f"beyond {tol}, or NaN/inf misplaced")
-    return float(rel.max(initial=0.0)), float(ulps.max(initial=0.0))
-
-
-def comparison() -> tuple[Callable[..., tuple[float, float]], str]:
-    """The comparison to use, and its name: :func:`gpufuncs.testing.compare` where importable."""
+def comparison() -> Callable[..., tuple[float, float]] | None:
+    """:func:`gpufuncs.testing.compare` as ``(max rel, max ulp)``; ``None`` when it cannot be
+    imported (it needs Hypothesis: ``pip install "gpufuncs[check]"``)."""
     try:
         from gpufuncs.testing import compare
-    except ImportError as exc:
-        return basic_compare, f"a basic comparison (gpufuncs.testing cannot be imported: {exc})"
+    except ImportError:
+        return None
 
     def via_testing(kernel: Kernel, args: tuple, result: np.ndarray, dtype: np.dtype, target: str) -> tuple:
         found = compare(kernel, args, result, dtype=dtype, target=target)
         return found.max_rel, found.max_ulp
 
-    return via_testing, "gpufuncs.testing.compare"
+    return via_testing
 
 
 def core_sizes(kernel: Kernel, size: int) -> list[int]:
@@ -181,9 +154,12 @@ def timing_row(kernel: Kernel, targets: tuple[str, ...]) -> dict[str, Any]:
 
 def print_checks(targets: tuple[str, ...]) -> bool:
     """Print the self-check table; True when every check that could run passed."""
-    compare, how = comparison()
+    compare = comparison()
+    if compare is None:
+        print('\nself-check: needs gpufuncs.testing (SciPy, Hypothesis): pip install "gpufuncs[check]"')
+        return False
     print(f"\nself-check, {POINTS} points per kernel and dtype (gufunc core size {CHECK_CORE_SIZE}), "
-          f"with {how}:")
+          "with gpufuncs.testing.compare:")
     print(f"  {'kernel':<14}{'target':<10}{'dtype':<9}{'max rel err':>12}{'max ulp':>10}  OK")
     passed = True
     for kernel in gf.registry.values():
