@@ -32,6 +32,9 @@ AUTO_PARALLEL_MIN_SIZE = 10**9
 #: on ``parallel`` from about 8,000 output elements in the same table.
 AUTO_PARALLEL_MIN_SIZE_GUFUNC = 10**4
 
+#: Validated plans kept per kernel (by argument dtypes and shapes); the cache is emptied when full.
+PLAN_CACHE_SIZE = 256
+
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 _ORDERS = ("K", "A", "C", "F")
 _WEAK_SCALARS = (bool, int, float)
@@ -92,6 +95,7 @@ class Kernel:
         # (Dask checks that the keywords it forwards exist).
         self.__signature__ = inspect.signature(self.call)
         self._cpu_ufunc: Any = None
+        self._plans: dict[tuple[Any, ...], Plan] = {}
 
     # -- what code written for np.ufunc reads ---------------------------------------------
     @property
@@ -218,7 +222,7 @@ class Kernel:
         on_device = any(_is_device_array(a) for a in (*inputs, *(outs or ()), where))
         host_inputs = [a if _is_device_array(a) or isinstance(a, (*_WEAK_SCALARS, np.ndarray))
                        else np.asarray(a) for a in inputs]
-        plan = self._plan(host_inputs, outs, sizes, dtype, casting, order)
+        plan = self._cached_plan(host_inputs, outs, sizes, dtype, casting, order)
         chosen = self._choose_target(target, on_device, plan)
         backend_options = {"stream": stream} if chosen == "cuda" else {}
         if stream is not None and chosen != "cuda":
@@ -405,7 +409,11 @@ class Kernel:
     def _loop_dtype(self, dtypes: list[Any], requested: Any) -> tuple[np.dtype, np.dtype]:
         """(loop dtype, result dtype) by NumPy's promotion rules and gpufuncs' float loops."""
         if requested is not None:
-            natural = np.dtype(requested)
+            try:
+                natural = np.dtype(requested)
+            except TypeError:
+                raise TypeError(f"{self.__name__}: dtype={requested!r} is not a dtype; "
+                                f"loops: {', '.join(self.types)}") from None
             if natural.kind != "f":
                 raise TypeError(f"{self.__name__}: dtype={natural} is not a floating dtype; "
                                 f"loops: {', '.join(self.types)}")
@@ -433,6 +441,21 @@ class Kernel:
             if not np.can_cast(result, odt, casting):
                 raise TypeError(f"{self.__name__}: cannot cast the {result} result to out= dtype "
                                 f"{odt} with casting={casting!r}")
+
+    def _cached_plan(self, inputs, outs, sizes, dtype, casting, order) -> Plan:
+        """:meth:`_plan`, reused for arguments of the same types, dtypes and shapes: a plan
+        depends on nothing else, so a repeated call (a loop of small GPU calls, ``out=`` in a
+        host loop) skips the validation it already passed. Failures are never cached."""
+        key = _plan_key(inputs, outs, sizes, dtype, casting, order)
+        if key is None:
+            return self._plan(inputs, outs, sizes, dtype, casting, order)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(inputs, outs, sizes, dtype, casting, order)
+            if len(self._plans) >= PLAN_CACHE_SIZE:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
 
     def _plan(self, inputs, outs, sizes, dtype, casting, order) -> Plan:
         dtypes = [self._dtype_of(a, f"input {name!r}") for a, name in zip(inputs, self.spec.input_names)]
@@ -509,6 +532,34 @@ class _SizedKernel:
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         return self.kernel.call(*inputs, *self.sizes, **kwargs)
+
+
+def _operand_key(obj: Any) -> tuple[Any, ...] | None:
+    """What :meth:`Kernel._plan` reads of one operand, or ``None`` where that is not cheap."""
+    cls = type(obj)
+    if cls is np.ndarray:
+        # The layout flags choose the order of allocated outputs (``order="K"``).
+        return cls, obj.dtype, obj.shape, obj.flags.c_contiguous, obj.flags.f_contiguous
+    if cls in _WEAK_SCALARS:
+        return (cls,)
+    if isinstance(obj, np.generic):
+        return cls, obj.dtype
+    dtype, shape = getattr(obj, "dtype", None), getattr(obj, "shape", None)
+    if dtype is None or shape is None:
+        return None  # lists, DLPack-only objects: planned afresh
+    return cls, dtype, tuple(shape)
+
+
+def _plan_key(inputs, outs, sizes, dtype, casting, order) -> tuple[Any, ...] | None:
+    keys = [_operand_key(a) for a in (*inputs, *(outs or ()))]
+    if None in keys:
+        return None
+    key = (*keys, outs is None, *sizes.values(), dtype, casting, order)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable dtype= or casting= argument: validated (and rejected) afresh
+        return None
+    return key
 
 
 def _read_only_device_array(obj: Any) -> bool:

@@ -313,6 +313,27 @@ def test_hermite_writes_order_major_and_returns_the_transposed_view(cp):
     np.testing.assert_array_equal(contiguous.get(), buffer.get().T)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hermite_rescaled_recurrence_matches_cpu(cp, dtype):
+    """500 orders up to |x| = 30 outgrow 2**64, so the kernel's second, rescaled pass runs (and
+    float32 overflows to signed inf): the GPU gives what the cpu target gives (mpmath-checked in
+    test_kernels.py), with inf and NaN in the same places."""
+    x = np.array([-30.0, -12.5, -1.5, 0.0, 0.75, 7.0, 30.0, np.inf, -np.inf, np.nan], dtype)
+    with np.errstate(all="ignore"):
+        expected = cpu(gf.hermite_norm, x, 500)
+    result = gf.hermite_norm(cp.asarray(x), 500).get()
+    if dtype == np.float32:
+        assert np.isinf(expected).sum() > 800
+    np.testing.assert_array_equal(np.isnan(result), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(result) * np.sign(result),
+                                  np.isinf(expected) * np.sign(expected))
+    finite = np.isfinite(expected)
+    scale = np.broadcast_to(np.max(np.abs(np.where(finite, expected, 0)), axis=-1, keepdims=True),
+                            expected.shape)
+    rtol = gf.hermite_norm.spec.tolerance(dtype, target="cuda").rtol
+    assert (np.abs(result - expected)[finite] <= rtol * scale[finite]).all()
+
+
 def test_transposed_outs_are_written_in_place_without_copies(monkeypatch, cuda, cp, torch):
     """A transposed ``out`` (a strided view of an ``(n, samples)`` buffer) is written in place.
 

@@ -271,6 +271,34 @@ def test_host_targets_agree_bit_for_bit(target):
     assert same_bits(gf.hermite_norm(x, 6, target=target), gf.hermite_norm(x, 6, target="cpu"))
 
 
+def test_reused_plans_still_validate_every_call(restore_registry):
+    """Plans are cached by argument types, dtypes and shapes: a call that differs in any of them
+    (or in the layout that picks the result's order) is validated and planned again."""
+    kernel = _fresh_kernel("dispatch_plan_cache")
+    x = np.arange(6.0).reshape(2, 3)
+    out = np.empty((2, 3))
+    assert kernel(x, out=out) is out and (out == 2 * x).all()
+    assert kernel(x, out=out) is out and len(kernel._plans) == 1  # the same plan, reused
+    with pytest.raises(ValueError, match=r"out= has shape \(3, 2\)"):
+        kernel(x, out=np.empty((3, 2)))
+    with pytest.raises(TypeError, match="cannot cast the float64 result to out= dtype int64"):
+        kernel(x, out=np.empty((2, 3), np.int64))
+    assert kernel(x.astype(np.float32), out=np.empty((2, 3), np.float32)).dtype == np.float32
+    assert kernel(x, where=x > 2, out=out) is out
+    assert kernel(np.asfortranarray(x), dtype=np.float64).flags.f_contiguous
+    assert kernel(x, dtype=np.float64).flags.c_contiguous
+    with pytest.raises(TypeError, match=r"dispatch_plan_cache: dtype=\[<class 'numpy.float64'>\] is not"):
+        kernel(x, dtype=[np.float64])  # unhashable: never cached, still validated
+
+
+def test_plan_cache_is_bounded(restore_registry, monkeypatch):
+    monkeypatch.setattr(dispatch, "PLAN_CACHE_SIZE", 4)
+    kernel = _fresh_kernel("dispatch_plan_bound")
+    for n in range(10):
+        assert (kernel(np.ones(n), out=np.empty(n)) == 2).all()
+    assert 1 <= len(kernel._plans) <= 4
+
+
 def _fresh_kernel(name):
     def fresh(x):
         return x + x
