@@ -106,9 +106,13 @@ def _describe_all(objs: list[Any], stream: Any) -> tuple[list[Any], int]:
     """Operands for the device arrays among ``objs`` (others unchanged) and the launch stream."""
     described, pending = [], []
     for i, obj in enumerate(objs):
-        if _is_device_array(obj) and _dlpack_only(obj):
+        if not _is_device_array(obj):
+            described.append(obj)
+        elif _dlpack_only(obj):
             pending.append(i)  # DLPack needs our stream to order the producer's work before it
-        described.append(describe(obj) if _is_device_array(obj) and not pending[-1:] == [i] else obj)
+            described.append(obj)
+        else:
+            described.append(describe(obj))
     handle = _resolve_stream(stream, [d for d in described if isinstance(d, Operand)])
     for i in pending:
         described[i] = describe(objs[i], consumer=handle)
