@@ -214,7 +214,8 @@ def allocate(like: Operand | None, shape: tuple[int, ...], dtype: np.dtype, axes
     if get_runtime().simulated:
         kind = "sim"
     storage = tuple(shape[a] for a in axes)
-    back = tuple(int(i) for i in np.argsort(axes))  # storage dimension of each logical one
+    # The storage dimension of each logical one (the identity in the common C-order case).
+    back = axes if axes == tuple(range(len(axes))) else tuple(int(i) for i in np.argsort(axes))
     if kind == "cupy":
         return _cupy_empty(storage, dtype, back, handle)
     if kind == "torch":
@@ -241,7 +242,7 @@ def _cupy_empty(storage, dtype, back, handle: int) -> Operand:
                 else cupy.cuda.ExternalStream(handle))
         with ours:
             out = cupy.empty(storage, dtype)
-    return _cupy(out.transpose(back))
+    return _cupy(out if back == tuple(range(len(back))) else out.transpose(back))
 
 
 def _torch_empty(like: Operand, storage, dtype, back, handle: int) -> Operand:
