@@ -22,10 +22,11 @@ from .targets import TARGET_NAMES, CudaUnavailableError, Plan, get_target
 
 #: ``target="auto"`` runs host arrays on ``parallel`` from this many output elements up, on
 #: ``cpu`` below. Measured on the 2-core CI machine (Numba's default ``omp`` threading layer) with
-#: ``benchmarks/bench_cpu.py``, table ``benchmarks/results/cpu_crossover.txt``: ``parallel`` never
-#: beat ``cpu`` for the elementwise kernels up to 10^7 elements (1.2x-11x slower at every size: the
-#: omp layer calls the ufunc loop once per element), so elementwise kernels stay on ``cpu``.
-#: Re-measure whenever the parallel target or threading layer changes.
+#: ``benchmarks/bench_cpu.py``, table ``benchmarks/results/cpu_crossover.txt``: ``parallel`` is
+#: 1.1x-4x slower than ``cpu`` for ``clamp`` and ``exp`` at every size up to 10^7 (the omp layer
+#: calls the ufunc loop once per element) and gains at most 1.1x for ``gaussian`` (from 10^4), so
+#: elementwise kernels stay on ``cpu``. Re-measure whenever the parallel target or threading
+#: layer changes.
 AUTO_PARALLEL_MIN_SIZE = 10**9
 
 #: The same threshold for generalized kernels: ``hermite_norm`` (8 outputs per loop call) gains
