@@ -7,6 +7,7 @@ broadcast call and ``reduce`` a pairwise tree of calls (both through the one cal
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,7 +66,12 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
     from .dispatch import _is_device_array
 
     if _is_device_array(array) or target == "cuda":
-        return _device_reduce(kernel, array, axis, keepdims)
+        unsupported = [name for name, value, default in (("out", out, None), ("where", where, True))
+                       if value is not default]
+        if unsupported:
+            raise TypeError(f"{kernel.__name__}.reduce on cuda does not support "
+                            f"{'=, '.join(unsupported)}= (host arrays do)")
+        return _device_reduce(kernel, array, axis, dtype, keepdims, initial)
     array = np.asarray(array)
     values, result = _host_loop(kernel, array, dtype)
     ufunc = _host_ufunc(kernel, target)
@@ -113,29 +119,48 @@ def _finish(values: Any, result: np.dtype, out: Any) -> Any:
     return target
 
 
-def _device_reduce(kernel: Kernel, array: Any, axis: Any, keepdims: bool) -> Any:
+def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, keepdims: bool,
+                   initial: Any) -> Any:
     """Pairwise tree of kernel calls along one axis of a device array (log2(n) launches).
 
     The pairing differs from NumPy's left-to-right order, like ``numpy.add.reduce``'s pairwise
-    summation: exact for associative kernels, within rounding otherwise.
+    summation: exact for associative kernels, within rounding otherwise. ``initial`` is combined
+    with the tree's result as the first argument (NumPy's place for it), ``dtype`` picks the loop
+    of every call.
     """
     shape = tuple(array.shape)
     if not isinstance(axis, int | np.integer):
         raise ValueError(f"{kernel.__name__}.reduce on cuda reduces one integer axis, got {axis!r}")
+    if not shape:
+        raise ValueError(f"{kernel.__name__}.reduce on cuda: cannot reduce a 0-d array")
     axis = int(axis) % len(shape)
     if shape[axis] == 0:
         raise ValueError(f"{kernel.__name__}.reduce on cuda: cannot reduce an empty axis")
+    options = {"target": "cuda"} if dtype is None else {"target": "cuda", "dtype": dtype}
 
     def part(values: Any, start: int, stop: int) -> Any:
         return values[(slice(None),) * axis + (slice(start, stop),)]
 
     n = shape[axis]
+    if n == 1 and initial is _NO_VALUE:  # nothing to combine: a new array all the same, like NumPy
+        array = _device_copy().call(array, **options)
     while n > 1:
         half = n // 2
-        head = kernel.call(part(array, 0, half), part(array, half, 2 * half), target="cuda")
+        head = kernel.call(part(array, 0, half), part(array, half, 2 * half), **options)
         if n % 2:  # fold the odd last element into the last pair's result, in place
             last = part(head, half - 1, half)
-            kernel.call(last, part(array, n - 1, n), out=last, target="cuda")
+            kernel.call(last, part(array, n - 1, n), out=last, **options)
         array, n = head, half
+    if initial is not _NO_VALUE:
+        array = kernel.call(initial, array, **options)
     kept = (*shape[:axis], 1, *shape[axis + 1:])
     return array.reshape(kept if keepdims else shape[:axis] + shape[axis + 1:])
+
+
+@functools.cache
+def _device_copy() -> Kernel:
+    """``x -> x`` as a kernel: a new device array of the input's kind (and the loop's dtype)."""
+    from .dispatch import Kernel
+    from .spec import IDENTITY
+
+    return Kernel(IDENTITY)

@@ -220,3 +220,15 @@ class KernelSpec:
     def loop_for(self, dtype: np.dtype) -> Loop | None:
         """The declared loop computing in ``dtype``, if any."""
         return next((lp for lp in self.loops if lp.dtype == dtype), None)
+
+
+def _identity(x):
+    return x
+
+
+#: ``x -> x`` in float32 and float64: casting copies between device arrays, and new copies.
+IDENTITY = KernelSpec(
+    name="identity", pyfunc=_identity, layout=None, reference=None, tolerances={}, doc="x -> x",
+    loops=(Loop(np.dtype(np.float32), "float32(float32)"), Loop(np.dtype(np.float64), "float64(float64)")),
+    arg_names=("x",),
+)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...dispatch import _is_device_array
-from ...spec import KernelSpec, Loop
+from ...spec import IDENTITY, KernelSpec
 from ..base import Plan
 from .arrays import (
     Operand,
@@ -337,21 +337,12 @@ def _copy_back(device: Operand, host: np.ndarray, stream: Any) -> None:
 
 
 # -- casting copies between device arrays (through the same kernels) ------------------------------
-def _identity(x):
-    return x
-
-
-_IDENTITY = KernelSpec(
-    name="cast", pyfunc=_identity, layout=None, reference=None, tolerances={}, doc="",
-    loops=(Loop(np.dtype(np.float32), "float32(float32)"), Loop(np.dtype(np.float64), "float64(float64)")),
-    arg_names=("x",),
-)
 _identity_kernels: list[CudaKernels] = []
 
 
 def cast(src: Operand, dst: Operand, stream: Any) -> None:
     """Copy ``src`` into ``dst`` (same shape), converting the dtype on the way."""
     if not _identity_kernels:
-        _identity_kernels.append(CudaKernels(_IDENTITY))
+        _identity_kernels.append(CudaKernels(IDENTITY))
     loop = np.dtype(np.float64) if np.float64 in (src.dtype, dst.dtype) else np.dtype(np.float32)
     launch(_identity_kernels[0], loop, [src, dst], [0, 0], 1, None, src.shape, stream)
