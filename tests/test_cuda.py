@@ -156,6 +156,20 @@ def test_strided_broadcast_float16_and_where_on_device(cp):
     np.testing.assert_array_equal(out.get(), np.where(x > 0, np.clip(x, -1, 1), 7.0))
 
 
+def test_dtype_casting_and_order_keywords_on_device(cp):
+    x = normal((64, 48), np.float64)
+    in_f32 = gf.exp(cp.asarray(x), dtype=np.float32)
+    assert in_f32.dtype == cp.float32
+    assert_ulp(in_f32.get(), x.astype(np.float32))
+    with pytest.raises(TypeError, match="casting='no'"):
+        gf.exp(cp.asarray(x), dtype=np.float32, casting="no")
+    with pytest.raises(TypeError, match="to out= dtype int32"):
+        gf.exp(cp.asarray(x), out=cp.zeros((64, 48), cp.int32))
+    fortran = gf.exp(cp.asarray(x), order="F")
+    assert fortran.flags.f_contiguous and not fortran.flags.c_contiguous
+    np.testing.assert_allclose(fortran.get(), cpu(gf.exp, x), rtol=2 * np.finfo(np.float64).eps)
+
+
 # -- no copies between host and device --------------------------------------------------------------
 def _copy_counters(monkeypatch, cp, torch):
     """Count every Python-level host<->device copy entry point we know of."""

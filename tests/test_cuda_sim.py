@@ -123,6 +123,19 @@ else:
         assert ints.dtype == np.float64
         np.testing.assert_allclose(to_host(ints), np.exp(np.arange(4.0)), rtol=1e-15)
 
+    def test_dtype_casting_and_order_keywords_on_device():
+        x = values((3, 4), np.float64)
+        in_f32 = gf.exp(cuda.to_device(x), dtype=np.float32)
+        assert in_f32.dtype == np.float32
+        np.testing.assert_array_equal(to_host(in_f32), cpu(gf.exp, x, dtype=np.float32))
+        with pytest.raises(TypeError, match="casting='no'"):
+            gf.exp(cuda.to_device(x), dtype=np.float32, casting="no")
+        with pytest.raises(TypeError, match="to out= dtype int32"):
+            gf.exp(cuda.to_device(x), out=cuda.to_device(np.zeros((3, 4), np.int32)))
+        fortran = gf.exp(cuda.to_device(x), order="F")
+        assert fortran.is_f_contiguous() and not fortran.is_c_contiguous()
+        np.testing.assert_array_equal(to_host(fortran), cpu(gf.exp, x))
+
     def test_host_array_mixed_with_device_arrays():
         x, x0 = values(5), values(5)
         result = gf.gaussian(cuda.to_device(x), x0, 2.0)
