@@ -47,12 +47,32 @@ _UNSUPPORTED_KINDS = {"c": "complex", "O": "object", "U": "string", "S": "bytes"
 def _is_device_array(obj: Any) -> bool:
     """True for GPU arrays (``__cuda_array_interface__``, a CUDA DLPack device, or the CUDA
     simulator's arrays, which stand in for Numba device arrays under ``NUMBA_ENABLE_CUDASIM``)."""
-    if isinstance(obj, _HOST_TYPES):
-        return False
     cls = type(obj)
-    # Looked up on the class first: torch computes the interface dict on every access.
+    known = _DEVICE_CLASSES.get(cls, _UNSEEN)
+    if known is _UNSEEN:
+        known = _DEVICE_CLASSES[cls] = _class_is_device(cls)
+    return _instance_is_device(obj) if known is None else known
+
+
+_UNSEEN = object()
+#: Per class: every instance is a device array (True), none is (False), or it depends (None).
+#: Asked several times per call, so the answer for a class is worked out once.
+_DEVICE_CLASSES: dict[type, bool | None] = {}
+
+
+def _class_is_device(cls: type) -> bool | None:
+    if issubclass(cls, _HOST_TYPES):
+        return False
+    # Looked up on the class: torch computes the interface dict on every access, and declares
+    # it on CPU tensors too (``is_cuda`` then decides, per tensor).
+    declared = hasattr(cls, "__cuda_array_interface__") or getattr(cls, "__cuda_ndarray__", False)
+    return True if declared and not hasattr(cls, "is_cuda") else None
+
+
+def _instance_is_device(obj: Any) -> bool:
+    cls = type(obj)
     if hasattr(cls, "__cuda_array_interface__") or getattr(cls, "__cuda_ndarray__", False):
-        return getattr(obj, "is_cuda", True)  # torch declares the interface on CPU tensors too
+        return bool(getattr(obj, "is_cuda", True))
     if "__cuda_array_interface__" in getattr(obj, "__dict__", ()):
         return True
     dlpack_device = getattr(obj, "__dlpack_device__", None)
@@ -220,9 +240,10 @@ class Kernel:
         overridden = self._try_overrides(inputs, outs, sizes, given, target)
         if overridden is not NotImplemented:
             return overridden
-        on_device = any(_is_device_array(a) for a in (*inputs, *(outs or ()), where))
-        host_inputs = [a if _is_device_array(a) or isinstance(a, (*_WEAK_SCALARS, np.ndarray))
-                       else np.asarray(a) for a in inputs]
+        device = [_is_device_array(a) for a in inputs]
+        on_device = any(device) or any(_is_device_array(a) for a in (*(outs or ()), where))
+        host_inputs = [a if d or isinstance(a, (*_WEAK_SCALARS, np.ndarray)) else np.asarray(a)
+                       for a, d in zip(inputs, device)]
         plan = self._cached_plan(host_inputs, outs, sizes, dtype, casting, order)
         chosen = self._choose_target(target, on_device, plan)
         backend_options = {"stream": stream} if chosen == "cuda" else {}
