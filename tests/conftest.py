@@ -10,8 +10,10 @@ Hypothesis profiles (``HYPOTHESIS_PROFILE`` overrides the choice):
 
 from __future__ import annotations
 
+import math
 import os
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -53,3 +55,14 @@ def restore_registry():
     yield gf.registry
     gf.registry._kernels.clear()
     gf.registry._kernels.update(saved)
+
+
+@pytest.fixture(scope="module")
+def hypot_kernel():
+    """A binary kernel with an identity, for the ufunc methods on device arrays."""
+    @gf.ufunc(signatures=gf.float_signatures(2), reference=np.hypot, identity=0.0, name="test_hypot",
+              replace=True)
+    def hypot(a, b):
+        return math.hypot(a, b)
+
+    return hypot

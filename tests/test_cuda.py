@@ -6,7 +6,6 @@ Run on a GPU machine with ``pytest -m cuda``. CuPy and torch tests skip when tho
 from __future__ import annotations
 
 import gc
-import math
 import os
 import subprocess
 import sys
@@ -380,30 +379,21 @@ def test_transposed_outs_are_written_in_place_without_copies(monkeypatch, cuda, 
 
 # -- host arrays with target="cuda" ----------------------------------------------------------------------
 # -- ufunc methods on device arrays ----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def gpu_hypot():
-    @gf.ufunc(signatures=gf.float_signatures(2), reference=np.hypot, identity=0.0, replace=True)
-    def gpu_hypot(a, b):
-        return math.hypot(a, b)
-
-    return gpu_hypot
-
-
-def test_outer_and_reduce_on_device_arrays(gpu_hypot, cp, torch):
+def test_outer_and_reduce_on_device_arrays(hypot_kernel, cp, torch):
     a, m = normal(300, np.float64), normal((257, 6), np.float64)
-    outer = gpu_hypot.outer(cp.asarray(a), cp.asarray(m))
+    outer = hypot_kernel.outer(cp.asarray(a), cp.asarray(m))
     assert isinstance(outer, cp.ndarray) and outer.shape == (300, 257, 6)
     np.testing.assert_allclose(outer.get(), np.hypot.outer(a, m), rtol=1e-15)
     for axis in (0, 1, -1):
-        reduced = gpu_hypot.reduce(cp.asarray(m), axis=axis)
+        reduced = hypot_kernel.reduce(cp.asarray(m), axis=axis)
         assert isinstance(reduced, cp.ndarray)
         np.testing.assert_allclose(reduced.get(), np.hypot.reduce(m, axis=axis), rtol=1e-14)
-    kept = gpu_hypot.reduce(torch.as_tensor(m, device="cuda"), axis=0, keepdims=True, initial=3.0)
+    kept = hypot_kernel.reduce(torch.as_tensor(m, device="cuda"), axis=0, keepdims=True, initial=3.0)
     assert isinstance(kept, torch.Tensor) and tuple(kept.shape) == (1, 6)
     np.testing.assert_allclose(kept.cpu().numpy(), np.hypot.reduce(m, axis=0, keepdims=True,
                                                                    initial=3.0), rtol=1e-14)
     with pytest.raises(TypeError, match="does not support out="):
-        gpu_hypot.reduce(cp.asarray(m), out=cp.empty(6))
+        hypot_kernel.reduce(cp.asarray(m), out=cp.empty(6))
 
 
 def test_host_arrays_give_the_cpu_results():

@@ -9,7 +9,6 @@ in for device memory; Numba's own CUDA ufunc objects do not run there.
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -207,49 +206,41 @@ else:
         with pytest.raises(TypeError, match="stream="):
             gf.exp(cuda.to_device(x), stream=object())
 
-    @pytest.fixture(scope="module")
-    def sim_hypot():
-        @gf.ufunc(signatures=gf.float_signatures(2), reference=np.hypot, identity=0.0, replace=True)
-        def sim_hypot(a, b):
-            return math.hypot(a, b)
-
-        return sim_hypot
-
-    def test_outer_on_device_arrays(sim_hypot):
+    def test_outer_on_device_arrays(hypot_kernel):
         a, b = values(3, np.float64), values((2, 2), np.float64)
-        result = sim_hypot.outer(cuda.to_device(a), cuda.to_device(b))
+        result = hypot_kernel.outer(cuda.to_device(a), cuda.to_device(b))
         assert type(result).__name__ == "FakeCUDAArray" and result.shape == (3, 2, 2)
         np.testing.assert_allclose(to_host(result), np.hypot.outer(a, b), rtol=1e-15)
 
     @pytest.mark.parametrize(("shape", "axis"), [((7,), 0), ((5, 4), 0), ((5, 3), 1), ((2, 3, 5), -1)])
-    def test_reduce_on_device_arrays(sim_hypot, shape, axis):
+    def test_reduce_on_device_arrays(hypot_kernel, shape, axis):
         m = values(shape, np.float64)
-        result = sim_hypot.reduce(cuda.to_device(m), axis=axis)
+        result = hypot_kernel.reduce(cuda.to_device(m), axis=axis)
         np.testing.assert_allclose(to_host(result), np.hypot.reduce(m, axis=axis), rtol=1e-15)
-        kept = sim_hypot.reduce(cuda.to_device(m), axis=axis, keepdims=True, initial=100.0)
+        kept = hypot_kernel.reduce(cuda.to_device(m), axis=axis, keepdims=True, initial=100.0)
         np.testing.assert_allclose(to_host(kept), np.hypot.reduce(m, axis=axis, keepdims=True,
                                                                    initial=100.0), rtol=1e-15)
 
-    def test_reduce_on_device_arrays_dtype_and_length_one_axis(sim_hypot):
+    def test_reduce_on_device_arrays_dtype_and_length_one_axis(hypot_kernel):
         m = values((1, 3), np.float64)
         device = cuda.to_device(m)
-        single = sim_hypot.reduce(device, axis=0)
+        single = hypot_kernel.reduce(device, axis=0)
         np.testing.assert_array_equal(to_host(single), m[0])  # unchanged values, like NumPy
-        in_f32 = sim_hypot.reduce(device, axis=1, dtype=np.float32)
+        in_f32 = hypot_kernel.reduce(device, axis=1, dtype=np.float32)
         assert in_f32.dtype == np.float32
         np.testing.assert_allclose(to_host(in_f32), np.hypot.reduce(m.astype(np.float32), axis=1),
                                    rtol=1e-6)
         device.copy_to_device(np.zeros_like(m))
         np.testing.assert_array_equal(to_host(single), m[0])  # a new array, not a view
 
-    def test_reduce_on_device_refuses_what_it_cannot_do(sim_hypot):
+    def test_reduce_on_device_refuses_what_it_cannot_do(hypot_kernel):
         device = cuda.to_device(values((3, 2), np.float64))
-        with pytest.raises(TypeError, match=r"sim_hypot.reduce on cuda does not support out=, where="):
-            sim_hypot.reduce(device, out=cuda.to_device(np.zeros(2)), where=np.array([True, False]))
+        with pytest.raises(TypeError, match=r"test_hypot.reduce on cuda does not support out=, where="):
+            hypot_kernel.reduce(device, out=cuda.to_device(np.zeros(2)), where=np.array([True, False]))
         with pytest.raises(ValueError, match="one integer axis, got None"):
-            sim_hypot.reduce(device, axis=None)
+            hypot_kernel.reduce(device, axis=None)
         with pytest.raises(ValueError, match="cannot reduce an empty axis"):
-            sim_hypot.reduce(cuda.to_device(np.zeros((0, 2))))
+            hypot_kernel.reduce(cuda.to_device(np.zeros((0, 2))))
 
     def test_collapse_merges_what_every_operand_steps_through_evenly():
         # C-contiguous (3, 4) with a broadcast row vector: only the inner dimension merges.
