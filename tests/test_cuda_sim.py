@@ -165,6 +165,39 @@ else:
         np.testing.assert_allclose(out[:, mask], ref[:, mask], rtol=1e-5)
         np.testing.assert_array_equal(out[:, ~mask], 5.0)
 
+    @pytest.mark.parametrize("shift", [1, 100, -100])
+    def test_out_overlapping_an_input_gives_the_result_without_overlap(monkeypatch, shift):
+        """NumPy's rule: as if inputs were read before anything is written. Threads (and host
+        chunks written back while later ones are read) run in no such order by themselves."""
+        from gpufuncs.targets.cuda import launch
+
+        monkeypatch.setattr(host, "CHUNK_BYTES", 64)
+        base = np.linspace(0.0, 1.0, 3001)
+        src, dst = (slice(0, -shift), slice(shift, None)) if shift > 0 else \
+            (slice(-shift, None), slice(0, shift))
+        expected = cpu(gf.exp, base[src].copy())
+        for call in (lambda x: gf.exp(HostCAI(x[src]), out=HostCAI(x[dst])),
+                     lambda x: gf.exp(x[src], out=x[dst], target="cuda")):
+            x = base.copy()
+            call(x)
+            np.testing.assert_array_equal(x[dst], expected)
+        x = base.copy()
+        gf.exp(HostCAI(x[::-1]), out=HostCAI(x))
+        np.testing.assert_array_equal(x, cpu(gf.exp, base[::-1].copy()))
+        copies = []
+        monkeypatch.setattr(launch, "detached", lambda op, stream: copies.append(op) or op)
+        x = base.copy()
+        gf.exp(HostCAI(x), out=HostCAI(x))  # element for element in place: no copy needed
+        np.testing.assert_array_equal(x, cpu(gf.exp, base))
+        assert copies == []
+
+    def test_gufunc_out_overlapping_its_input():
+        buffer = np.linspace(-1.0, 1.0, 40)
+        x = buffer[:10].copy()
+        out = buffer.reshape(10, 4)  # out's first rows hold x
+        gf.hermite_norm(HostCAI(buffer[:10]), 4, out=HostCAI(out))
+        np.testing.assert_allclose(out, cpu(gf.hermite_norm, x, 4), rtol=1e-15)
+
     def test_host_inputs_in_several_chunks(monkeypatch):
         monkeypatch.setattr(host, "CHUNK_BYTES", 16)  # four float32 values per chunk
         x = values((5, 6))

@@ -11,6 +11,7 @@ Numba ``DeviceNDArray`` over memory from the target's stream-ordered pool.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -195,6 +196,28 @@ def to_device(array: np.ndarray, stream: Any) -> Operand:
     strides = c_strides(array.shape, array.itemsize)
     return Operand(array, "host-copy", _address(buffer), array.shape, strides, array.dtype, None,
                    keep=buffer)
+
+
+def extent(op: Operand) -> tuple[int, int]:
+    """The addresses ``[lo, hi)`` that ``op``'s elements occupy (empty without elements)."""
+    if 0 in op.shape:
+        return op.ptr, op.ptr
+    lo = hi = op.ptr
+    for n, s in zip(op.shape, op.strides):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + op.dtype.itemsize
+
+
+def detached(op: Operand, stream: Any) -> Operand:
+    """``op`` read from a copy of its memory: the same strides over a new buffer."""
+    runtime = get_runtime()
+    lo, hi = extent(op)
+    buffer = runtime.allocate(hi - lo, stream)
+    runtime.copy(_address(buffer), lo, hi - lo, stream)
+    return dataclasses.replace(op, ptr=_address(buffer) + (op.ptr - lo), keep=buffer)
 
 
 def _address(buffer: Any) -> int:

@@ -31,6 +31,8 @@ from .arrays import (
     c_strides,
     current_stream,
     describe,
+    detached,
+    extent,
     has_cai,
     stream_handle,
     to_device,
@@ -254,6 +256,8 @@ def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
     mask = _where_operand(where, plan.loop_shape, launch_stream, handle)
     if mask is False:
         return tuple(outs)
+    if outs is not None:
+        *args, mask = _without_overlap([*args, mask], targets, launch_stream)
     cores = kernels.cores
     if any(cores):
         _launch_with_casts(spec, kernels, plan, args, targets, cores, mask, launch_stream)
@@ -271,6 +275,26 @@ def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
 
 
 
+
+
+def _without_overlap(inputs: list[Any], outputs: list[Operand], stream: Any) -> list[Any]:
+    """Inputs that share memory with an output read from a copy, unless they are that output
+    element for element (``out=x`` on ``x``): threads run in no fixed order, and NumPy's rule is
+    the result of a call without overlap."""
+    spans = [extent(o) for o in outputs]
+    result = []
+    for op in inputs:
+        if isinstance(op, Operand) and any(
+            lo < hi and max(lo, out_lo) < min(hi, out_hi) and not _same_elements(op, out)
+            for (lo, hi), (out_lo, out_hi), out in ((extent(op), span, o) for span, o in zip(spans, outputs))
+        ):
+            op = detached(op, stream)
+        result.append(op)
+    return result
+
+
+def _same_elements(a: Operand, b: Operand) -> bool:
+    return (a.ptr, a.shape, a.strides, a.dtype) == (b.ptr, b.shape, b.strides, b.dtype)
 
 
 def _new_output(spec: KernelSpec, plan: Plan, k: int, like: Operand | None, stream: Any,
