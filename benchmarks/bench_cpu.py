@@ -23,6 +23,9 @@ import argparse
 import math
 import os
 import statistics
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -186,8 +189,24 @@ def crossover(rows: list[dict[str, Any]]) -> int | None:
     return None
 
 
-def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> dict[str, str]:
-    """The issue's three targets for this machine, each with its measured figure."""
+def import_seconds(repeat: int = 7) -> float:
+    """Median extra seconds of ``import gpufuncs`` over ``import numba`` in fresh processes
+    (interleaved, so both see the same machine state)."""
+    def run(code: str) -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - start
+
+    numba_only, both = [], []
+    for _ in range(repeat):
+        numba_only.append(run("import numba"))
+        both.append(run("import numba, gpufuncs"))
+    return statistics.median(both) - statistics.median(numba_only)
+
+
+def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]],
+             imported: float) -> dict[str, str]:
+    """The issue's targets for this machine, each with its measured figure."""
     gauss = next(r for r in main if (r["kernel"], r["dtype"], r["n"]) == ("gaussian", "float64", 10**6))
     over = max(overhead, key=lambda r: r["public/bare"])
     auto = max(main, key=lambda r: r["auto/best"])
@@ -196,6 +215,7 @@ def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]]) -> dict
         return f"{value:.2f} (limit {limit}) {'met' if value <= limit else 'NOT MET'} {where}"
 
     return {
+        "import gpufuncs beyond numba (s)": verdict(imported, 0.5, ""),
         "gaussian float64 n=1e6 cpu/numpy": verdict(gauss["cpu/np"], 1.0, ""),
         "overhead n=10 public/bare (worst)": verdict(
             over["public/bare"], 2.0, f"[{over['kernel']} {over['dtype']}]"),
@@ -213,7 +233,8 @@ def report(title: str, name: str, rows: list[dict[str, Any]], meta: dict[str, An
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the three tables, print them and the targets' verdicts, save the results."""
+    """Run the three tables and the import time, print them and the targets' verdicts, save
+    the results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="n <= 10^6, fewer repeats, no crossover; "
                         "results are printed, not saved")
@@ -229,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     cross = [] if opts.quick else [row for name in gf.names() for row in crossover_rows(name)]
     meta = machine_info({"load average (1 min) before": load_before,
                          "auto_parallel_min_size": gf.AUTO_PARALLEL_MIN_SIZE, "unit": "µs per call",
-                         **verdicts(main_rows, overhead)})
+                         **verdicts(main_rows, overhead, import_seconds())})
     meta["load average (1 min) after"] = os.getloadavg()[0]  # near 1 on 2 cores: undisturbed
     if cross:
         meta["crossover (output elements)"] = {

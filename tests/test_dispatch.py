@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -437,3 +439,19 @@ def test_domains_must_name_arguments(restore_registry):
     with pytest.raises(gf.KernelDefinitionError, match=r"unknown arguments \['y'\]"):
         gf.ufunc(signatures=gf.float_signatures(1), reference=np.positive, domains={"y": (0, 1)},
                  name="dispatch_bad_domain")(lambda x: x)
+
+
+def test_importing_compiles_nothing_and_leaves_cuda_alone():
+    """``import gpufuncs`` only declares kernels: nothing is compiled (each target compiles on
+    first use) and neither numba.cuda nor a GPU is touched. Its time is measured by
+    ``benchmarks/bench_cpu.py`` (import gpufuncs beyond numba)."""
+    code = (
+        "import sys, gpufuncs as gf\n"
+        "compiled = {name: list(gf.registry[name]._compiled) for name in gf.names()}\n"
+        "assert compiled == {name: [] for name in gf.names()}, compiled\n"
+        "assert 'numba.cuda' not in sys.modules\n"
+        "print('ok', len(compiled))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ok 4"), proc.stdout
