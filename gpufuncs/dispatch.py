@@ -30,7 +30,7 @@ from .targets import TARGET_NAMES, CudaUnavailableError, Plan, get_target
 AUTO_PARALLEL_MIN_SIZE = 10**9
 
 #: The same threshold for generalized kernels: ``hermite_norm`` (8 outputs per loop call) gains
-#: on ``parallel`` from about 8,000 output elements in the same table.
+#: on ``parallel`` from 8,000 to 24,000 output elements in the same table (runs differ).
 AUTO_PARALLEL_MIN_SIZE_GUFUNC = 10**4
 
 #: Validated plans kept per kernel (by argument dtypes and shapes); the cache is emptied when full.
