@@ -13,8 +13,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..spec import KernelSpec
-from .base import Plan, Target
+from ...spec import KernelSpec
+from ..base import Plan, Target
 
 
 class KernelCompileError(RuntimeError):
