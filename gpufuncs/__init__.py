@@ -5,12 +5,12 @@ ufunc on host arrays or GPU arrays. Importing this package compiles nothing: eac
 compiled for a target on its first use there.
 """
 
-from .dispatch import AUTO_PARALLEL_MIN_SIZE, AUTO_PARALLEL_MIN_SIZE_GUFUNC, Kernel
+from .dispatch import Kernel
 from .registry import float_signatures, get, gufunc, names, registry, ufunc
 from .scalar import as_type
 from .spec import KernelDefinitionError, Tolerance
 from .targets import CudaUnavailableError, TargetUnavailableError, available_targets
-from .targets.cpu import KernelCompileError
+from .targets.cpu import AUTO_PARALLEL_MIN_SIZE, AUTO_PARALLEL_MIN_SIZE_GUFUNC, KernelCompileError
 
 __version__ = "0.1.0"
 

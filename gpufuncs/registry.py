@@ -48,7 +48,11 @@ class Registry(Mapping[str, Kernel]):
                 raise KeyError(f"a kernel named {kernel.__name__!r} is already registered; "
                                "pass replace=True to replace it")
             self._kernels[kernel.__name__] = kernel
+            kernel.registry = self
         return kernel
+
+    def __reduce__(self) -> str:
+        return "registry"  # the module-level instance below, found again by import
 
 
 #: The process-wide registry.

@@ -7,9 +7,13 @@ every later stage (compiling for a target, dispatching a call, testing, benchmar
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -154,7 +158,7 @@ def check_loop_order(loops: tuple[Loop, ...], name: str) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class KernelSpec:
     """Everything declared about one kernel.
 
@@ -220,6 +224,24 @@ class KernelSpec:
     def loop_for(self, dtype: np.dtype) -> Loop | None:
         """The declared loop computing in ``dtype``, if any."""
         return next((lp for lp in self.loops if lp.dtype == dtype), None)
+
+    @functools.cached_property
+    def array_args(self) -> tuple[bool, ...]:
+        """Which arguments the scalar function receives as arrays (a gufunc's core operands, and
+        ``()`` outputs, which arrive as one-element arrays the way Numba passes them)."""
+        args, _ = sigutils.normalize_signature(self.loops[0].signature)
+        return tuple(isinstance(t, types.Array) for t in args)
+
+    @functools.cached_property
+    def source_key(self) -> str | None:
+        """What compiled code of this kernel depends on, for disk caches: a digest of the module
+        that defines the scalar function (its helpers and constants included) and its name;
+        ``None`` for a function with no source file (a REPL or notebook cell)."""
+        try:
+            source = Path(inspect.getsourcefile(self.pyfunc)).read_bytes()
+        except (TypeError, OSError):
+            return None
+        return hashlib.sha256(source + self.pyfunc.__qualname__.encode()).hexdigest()
 
 
 def _identity(x):

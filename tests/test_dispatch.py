@@ -16,7 +16,8 @@ import pytest
 from scipy.stats import norm
 
 import gpufuncs as gf
-from gpufuncs import dispatch
+from gpufuncs.dispatch import kernel as kernel_module
+from gpufuncs.targets import cpu as cpu_target
 from gpufuncs.testing import compare
 
 HOST = ["cpu", "parallel"]
@@ -266,11 +267,44 @@ def test_float_results_equal_the_loop_of_their_dtype(target):
 
 
 # -- targets ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("target", ["auto", "cpu", "parallel"])
-def test_host_targets_agree_bit_for_bit(target):
+@pytest.mark.parametrize("target", HOST)
+def test_flat_loops_and_numba_ufuncs_agree_bit_for_bit(target):
+    """The same values through both executors of a host target: contiguous arrays take the flat
+    loop, a strided view of the same values takes the Numba ufunc (see targets/cpu)."""
     x = np.random.default_rng(1).normal(size=(50, 7))
-    assert same_bits(gf.gaussian(x, 0.25, 1.5, target=target), gf.gaussian(x, 0.25, 1.5, target="cpu"))
-    assert same_bits(gf.hermite_norm(x, 6, target=target), gf.hermite_norm(x, 6, target="cpu"))
+    strided = np.repeat(x, 2, axis=1)[:, ::2]
+    assert gf.gaussian.resolve(x, 0.25, 1.5, target=target).plan.inputs[0].strides == x.strides
+    for args in [(0.25, 1.5), (x[:1], np.float64(1.5))]:
+        assert same_bits(gf.gaussian(x, *args, target=target), gf.gaussian(strided, *args, target=target))
+    assert same_bits(gf.hermite_norm(x, 6, target=target), gf.hermite_norm(strided, 6, target=target))
+    assert same_bits(gf.clamp(x, -0.5, 0.5, target=target), np.clip(x, -0.5, 0.5))
+
+
+def test_parallel_agrees_with_cpu_bit_for_bit():
+    x = np.random.default_rng(2).normal(size=(3, 70001))  # several parallel chunks
+    assert same_bits(gf.gaussian(x, 0.25, 1.5, target="parallel"), gf.gaussian(x, 0.25, 1.5, target="cpu"))
+    assert same_bits(gf.exp(x[::-1], target="parallel"), gf.exp(x[::-1], target="cpu"))
+    assert same_bits(gf.hermite_norm(x[0], 5, target="parallel"), gf.hermite_norm(x[0], 5, target="cpu"))
+
+
+def test_calls_with_and_without_keywords_take_the_same_path(monkeypatch):
+    """One path: a call without keywords, with target=, and with out= all run a ResolvedCall."""
+    from gpufuncs.dispatch import ResolvedCall
+
+    ran = []
+    original = ResolvedCall.__call__
+
+    def spy(self, args, kwargs):
+        ran.append((self.target, tuple(kwargs)))
+        return original(self, args, kwargs)
+
+    monkeypatch.setattr(ResolvedCall, "__call__", spy)
+    x = np.linspace(0, 1, 5)
+    gf.exp(x)
+    gf.exp(x, target="cpu")
+    gf.exp(x, out=np.empty(5))
+    gf.hermite_norm(x, 3)
+    assert ran == [("cpu", ()), ("cpu", ("target",)), ("cpu", ("out",)), ("cpu", ())]
 
 
 def test_reused_plans_still_validate_every_call(restore_registry):
@@ -280,7 +314,7 @@ def test_reused_plans_still_validate_every_call(restore_registry):
     x = np.arange(6.0).reshape(2, 3)
     out = np.empty((2, 3))
     assert kernel(x, out=out) is out and (out == 2 * x).all()
-    assert kernel(x, out=out) is out and len(kernel._plans) == 1  # the same plan, reused
+    assert kernel(x, out=out) is out and len(kernel._resolved) == 1  # the same call, reused
     with pytest.raises(ValueError, match=r"out= has shape \(3, 2\)"):
         kernel(x, out=np.empty((3, 2)))
     with pytest.raises(TypeError, match="cannot cast the float64 result to out= dtype int64"):
@@ -294,11 +328,11 @@ def test_reused_plans_still_validate_every_call(restore_registry):
 
 
 def test_plan_cache_is_bounded(restore_registry, monkeypatch):
-    monkeypatch.setattr(dispatch, "PLAN_CACHE_SIZE", 4)
+    monkeypatch.setattr(kernel_module, "RESOLVED_CACHE_SIZE", 4)
     kernel = _fresh_kernel("dispatch_plan_bound")
     for n in range(10):
         assert (kernel(np.ones(n), out=np.empty(n)) == 2).all()
-    assert 1 <= len(kernel._plans) <= 4
+    assert 1 <= len(kernel._resolved) <= 4
 
 
 def _fresh_kernel(name):
@@ -310,7 +344,7 @@ def _fresh_kernel(name):
 
 
 def test_auto_picks_cpu_below_the_threshold_and_parallel_above(restore_registry, monkeypatch):
-    monkeypatch.setattr(dispatch, "AUTO_PARALLEL_MIN_SIZE", 1000)  # the rule, not this machine's number
+    monkeypatch.setattr(cpu_target, "AUTO_PARALLEL_MIN_SIZE", 1000)  # the rule, not this machine's number
     small = _fresh_kernel("dispatch_auto_small")
     small(np.ones(999))
     assert list(small._compiled) == ["cpu"]
@@ -329,8 +363,11 @@ def test_cuda_target_without_gpu_is_a_clear_error():
 def test_unknown_target_lists_the_valid_ones():
     with pytest.raises(ValueError, match="unknown target 'gpu'; valid targets: auto, cpu, parallel, cuda"):
         gf.exp(np.ones(3), target="gpu")
-    with pytest.raises(ValueError, match="valid targets"):
+    with pytest.raises(ValueError, match=r"unknown target 'gpu'; compiled targets: cpu, parallel, cuda"):
         gf.get("exp", target="gpu")
+    with pytest.raises(ValueError, match=r"unknown target 'auto'; compiled targets: cpu, parallel, cuda "
+                                         r"\('auto' chooses one of them per call\)"):
+        gf.get("exp", target="auto")  # a compiled object exists per concrete target only
 
 
 # -- errors -----------------------------------------------------------------------------------------

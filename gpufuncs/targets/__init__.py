@@ -1,20 +1,37 @@
 """Targets: where a kernel is compiled and run.
 
-Each target knows how to compile a :class:`~gpufuncs.spec.KernelSpec` (lazily, once, by the
-kernel that owns it) and how to execute a validated :class:`~gpufuncs.targets.base.Plan`. Kernel
-modules never import a target: a new target slots in here without touching them.
+Each target compiles a :class:`~gpufuncs.spec.KernelSpec` (lazily, once, for the kernel that owns
+it) and prepares an executor for each validated :class:`~gpufuncs.targets.base.Plan`. Targets
+import nothing from dispatch; dispatch asks them which arguments are their arrays
+(:data:`DEVICE_ARRAYS`) and which host target ``auto`` should pick (:func:`auto_host_target`).
 """
 
 from __future__ import annotations
 
-from .base import CudaUnavailableError, Plan, Target, TargetUnavailableError
-from .cpu import CpuTarget
+from .base import (
+    DEVICE,
+    HOST,
+    NUMPY_SCALAR,
+    SCALAR,
+    Arg,
+    CudaUnavailableError,
+    DeviceArrays,
+    Executor,
+    Plan,
+    Target,
+    TargetUnavailableError,
+)
+from .cpu import CpuTarget, auto_host_target
+from .cuda.recognize import CudaArrays
 
-#: Targets by name. ``cuda`` is imported lazily (importing gpufuncs must never need a GPU).
+#: Targets by name. ``cuda`` is created on first use (importing gpufuncs must never need a GPU).
 _TARGETS: dict[str, Target] = {"cpu": CpuTarget("cpu"), "parallel": CpuTarget("parallel")}
 
 #: The names accepted by ``target=``.
 TARGET_NAMES: tuple[str, ...] = ("auto", "cpu", "parallel", "cuda")
+
+#: How each device target recognises its arrays (a class check, without importing its runtime).
+DEVICE_ARRAYS: tuple[DeviceArrays, ...] = (CudaArrays(),)
 
 
 def get_target(name: str) -> Target:
@@ -26,7 +43,9 @@ def get_target(name: str) -> Target:
     try:
         return _TARGETS[name]
     except KeyError:
-        raise ValueError(f"unknown target {name!r}; valid targets: {', '.join(TARGET_NAMES)}") from None
+        concrete = ", ".join(n for n in TARGET_NAMES if n != "auto")
+        raise ValueError(f"unknown target {name!r}; compiled targets: {concrete} "
+                         "('auto' chooses one of them per call)") from None
 
 
 def available_targets() -> tuple[str, ...]:
@@ -38,5 +57,20 @@ def available_targets() -> tuple[str, ...]:
 
 
 __all__ = [
+    "DEVICE",
+    "DEVICE_ARRAYS",
+    "HOST",
+    "NUMPY_SCALAR",
+    "SCALAR",
     "TARGET_NAMES",
-    "CudaUnavailableError", "Plan", "Target", "TargetUnavailableError", "available_targets", "get_target"]
+    "Arg",
+    "CudaUnavailableError",
+    "DeviceArrays",
+    "Executor",
+    "Plan",
+    "Target",
+    "TargetUnavailableError",
+    "auto_host_target",
+    "available_targets",
+    "get_target",
+]

@@ -1,8 +1,15 @@
-"""What every target provides, and the validated call it receives."""
+"""What every target provides, and the validated call it receives.
+
+Dispatch validates a call once per *call signature* (argument types, dtypes, shapes, strides,
+keywords, target) into a :class:`Plan`, and asks the chosen target to :meth:`Target.prepare` an
+executor for it. A repeated call with the same signature runs that executor directly, so
+everything an executor can decide from the plan it decides in ``prepare``, not per call.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,9 +25,33 @@ class CudaUnavailableError(TargetUnavailableError):
     """``target="cuda"`` was asked for, but no usable GPU, driver or numba-cuda is present."""
 
 
+#: Roles of an argument: a weak Python scalar (NEP 50), a NumPy scalar, a host array (NumPy, or
+#: a subclass), or a device array of the target that recognised it.
+SCALAR, NUMPY_SCALAR, HOST, DEVICE = "scalar", "numpy-scalar", "host", "device"
+
+
+@dataclass(frozen=True)
+class Arg:
+    """What dispatch learned about one input, output or ``where`` argument.
+
+    ``dtype`` is the Python type for a weak scalar (``float``, ``int``, ``bool``), else the
+    NumPy dtype. ``strides`` are in bytes (``()`` for scalars).
+    """
+
+    role: str
+    cls: type
+    dtype: Any
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+
+    @property
+    def is_array(self) -> bool:
+        return self.role in (HOST, DEVICE)
+
+
 @dataclass(frozen=True)
 class Plan:
-    """A call that the dispatcher has fully validated; targets only execute it.
+    """A call that dispatch has fully validated; targets only execute it.
 
     Attributes
     ----------
@@ -36,42 +67,102 @@ class Plan:
         Size of every core dimension, by name (empty for elementwise kernels).
     order : str
         Memory order for allocated outputs (``'C'`` or ``'F'``).
+    inputs : tuple of Arg
+        The inputs, in order.
+    outs : tuple of Arg, or None
+        The ``out=`` arrays, or ``None`` when the call allocates its outputs.
+    where : Arg or None
+        The ``where=`` mask array; ``None`` when every position is written.
+    cores : tuple of int
+        Core dimensions of each argument: the inputs, then the outputs.
     """
 
     loop: Loop
     result_dtype: np.dtype
     loop_shape: tuple[int, ...]
     out_shapes: tuple[tuple[int, ...], ...]
-    core_sizes: dict[str, int]
+    core_sizes: dict[str, int] = field(default_factory=dict)
     order: str = "C"
+    inputs: tuple[Arg, ...] = ()
+    outs: tuple[Arg, ...] | None = None
+    where: Arg | None = None
+    cores: tuple[int, ...] = ()
+
+    @property
+    def size(self) -> int:
+        """Loop elements of the call."""
+        n = 1
+        for d in self.loop_shape:
+            n *= d
+        return n
+
+
+def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, order: str = "C") -> bool:
+    """Whether an array of ``shape`` and byte ``strides`` is contiguous in ``order`` ('C'/'F')."""
+    if order == "F":
+        shape, strides = shape[::-1], strides[::-1]
+    step = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
+#: ``executor(inputs, outs, where, stream) -> outputs``: runs one validated call signature.
+Executor = Callable[[tuple[Any, ...], "tuple[Any, ...] | None", Any, Any], tuple[Any, ...]]
 
 
 class Target:
     """Interface of a compilation and execution target."""
 
     name: str
+    #: Keyword arguments of a call that only this target accepts (``stream`` for cuda).
+    options: tuple[str, ...] = ()
 
     def unavailable_reason(self) -> str | None:
         """``None`` when the target can run here, else a sentence saying why not."""
         return None
 
     def compile(self, spec: KernelSpec) -> Any:
-        """Build this target's compiled object for ``spec`` (called once per kernel)."""
+        """This target's compiled object for ``spec`` (called once per kernel, lazily)."""
         raise NotImplementedError
 
     def public_object(self, compiled: Any) -> Any:
         """What ``gpufuncs.get`` returns for ``compiled``: the Numba object (default: itself)."""
         return compiled
 
-    def execute(
-        self,
-        spec: KernelSpec,
-        compiled: Any,
-        plan: Plan,
-        inputs: list[Any],
-        outs: tuple[Any, ...] | None,
-        where: Any,
-        **options: Any,
-    ) -> tuple[Any, ...]:
-        """Run ``plan`` and return the outputs (``outs`` if given, else newly allocated)."""
+    def prepare(self, spec: KernelSpec, compiled: Any, plan: Plan) -> Executor:
+        """An executor for every call whose signature produced ``plan``."""
         raise NotImplementedError
+
+
+class DeviceArrays:
+    """How a target recognises its arrays; dispatch asks, and knows nothing of devices.
+
+    Dispatch calls :meth:`classify` once per Python type. The answer ``True`` means every
+    instance is a device array of this target, ``None`` that it depends on the instance
+    (:meth:`owns` decides, as for torch tensors, which live on the CPU or the GPU).
+    """
+
+    target: str
+
+    def classify(self, cls: type) -> bool | None:
+        """Whether instances of ``cls`` are this target's arrays: True, False or None."""
+        return False
+
+    def owns(self, obj: Any) -> bool:
+        """Whether this instance is one of this target's arrays."""
+        return False
+
+    def describe(self, obj: Any) -> Arg:
+        """Dtype, shape and strides of one of this target's arrays."""
+        raise NotImplementedError
+
+    def key(self, obj: Any) -> Any:
+        """A hashable summary of what :meth:`describe` reads, or ``None`` if not cheap."""
+        return None
+
+    def writable(self, obj: Any) -> bool:
+        """Whether the array may be written (checked on every call that writes into it)."""
+        return True

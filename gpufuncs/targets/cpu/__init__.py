@@ -1,41 +1,63 @@
-"""The ``cpu`` and ``parallel`` targets: Numba ``@vectorize`` / ``@guvectorize`` ufuncs.
+"""The ``cpu`` and ``parallel`` targets: flat loops for the common case, Numba ufuncs for the rest.
 
-Numba builds real :class:`numpy.ufunc` objects for these targets, so once the dispatcher has
-validated a call, NumPy's own machinery does the broadcasting, strides, input casting and
-``where=`` in C. Everything is compiled with the same options, in one place (:func:`_options`).
+For each validated call signature :meth:`CpuTarget.prepare` picks one of two executors:
+
+* **flat**: every array is contiguous with the loop's shape (and ``out=`` too), scalars are
+  passed by value; the kernel runs in a plain ``@njit`` loop (:mod:`.loops`) that LLVM vectorizes,
+  split into chunks over Numba's threads on ``parallel``;
+* **numba**: anything else (broadcast arrays, strides, float16, subclasses, masks that
+  broadcast) runs through the Numba ``@vectorize`` / ``@guvectorize`` object, a real
+  :class:`numpy.ufunc`, whose NumPy machinery does the broadcasting, strides and casts in C.
+
+Both compute with the same compiled scalar function, so results agree bit for bit.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numba
 import numpy as np
+from numba.core import types as nbtypes
+from numba.np.numpy_support import from_dtype
 
 from ...spec import KernelSpec
-from ..base import Plan, Target
+from ..base import HOST, NUMPY_SCALAR, SCALAR, Arg, Executor, Plan, Target, is_contiguous
+from . import loops
+
+#: ``target="auto"`` runs host arrays on ``parallel`` from this many output elements up, on
+#: ``cpu`` below (re-measure with ``benchmarks/bench_cpu.py`` when the loops change).
+AUTO_PARALLEL_MIN_SIZE = 10**9
+
+#: The same threshold for generalized kernels (counted in output elements).
+AUTO_PARALLEL_MIN_SIZE_GUFUNC = 10**4
 
 
 class KernelCompileError(RuntimeError):
     """Numba could not compile a kernel for a target; the message keeps Numba's."""
 
 
-def _options(target: str, cache: bool) -> dict[str, Any]:
-    # Explicit, identical options for every kernel (numba-stats' habit): no fastmath, so NaN and
-    # inf follow IEEE rules, and NumPy's error model, so 1/0 gives inf instead of raising.
-    return {"target": target, "cache": cache, "nopython": True}
+def auto_host_target(spec: KernelSpec, plan: Plan) -> str:
+    """``cpu`` or ``parallel`` for host arrays under ``target="auto"``."""
+    size = 1
+    for d in plan.out_shapes[0]:
+        size *= d
+    threshold = AUTO_PARALLEL_MIN_SIZE_GUFUNC if spec.layout else AUTO_PARALLEL_MIN_SIZE
+    return "parallel" if size >= threshold else "cpu"
 
 
-def _build(spec: KernelSpec, target: str, cache: bool) -> Any:
+# -- compiling ------------------------------------------------------------------------------------
+def _numba_object(spec: KernelSpec, target: str, cache: bool) -> Any:
     sigs = [loop.signature for loop in spec.loops]
-    opts = _options(target, cache)
+    opts = {"target": target, "cache": cache, "nopython": True}
     if spec.layout is None:
         return numba.vectorize(sigs, identity=_numba_identity(spec.identity), **opts)(spec.pyfunc)
+    # Numba refuses output-only core dimensions (numba#2797): outputs are compiled as writable
+    # inputs, and the executors always allocate or validate ``out`` themselves.
     writable = tuple(range(spec.nin, spec.nin + spec.nout))
-    return numba.guvectorize(sigs, spec.layout.numba_layout, writable_args=writable, **opts)(
-        spec.pyfunc
-    )
+    return numba.guvectorize(sigs, spec.layout.numba_layout, writable_args=writable, **opts)(spec.pyfunc)
 
 
 def _numba_identity(identity: float | None) -> int | str | None:
@@ -46,119 +68,349 @@ def _numba_identity(identity: float | None) -> int | str | None:
     return int(identity) if identity in (0, 1) else "reorderable"
 
 
-def compile_numba(spec: KernelSpec, target: str) -> Any:
-    """Compile ``spec`` with Numba for ``target`` (``cpu`` or ``parallel``), cached on disk.
-
-    Functions that Numba cannot cache (defined in a REPL or notebook cell, with no file to key
-    the cache on) are compiled without the disk cache rather than refused.
-    """
+def _compile(spec: KernelSpec, target: str, build: Callable[[bool], Any]) -> Any:
+    """``build(cache)``, with the disk cache when Numba can cache the function (not for
+    functions defined in a REPL or notebook cell), errors named after kernel and target."""
     try:
         try:
-            return _build(spec, target, cache=True)
+            return build(True)
         except RuntimeError as exc:
             if "cannot cache" not in str(exc):
                 raise
-            return _build(spec, target, cache=False)
+            return build(False)
+    except KernelCompileError:
+        raise
     except Exception as exc:
         raise KernelCompileError(
-            f"kernel {spec.name!r} failed to compile for target {target!r}: {exc}"
-        ) from exc
+            f"kernel {spec.name!r} failed to compile for target {target!r}: {exc}") from exc
+
+
+class CpuKernel:
+    """What the ``cpu`` or ``parallel`` target compiles for one kernel, each part on first use:
+    the flat loops per loop dtype (cached on disk), and the Numba ufunc object."""
+
+    def __init__(self, spec: KernelSpec, target: str) -> None:
+        self.spec, self.target = spec, target
+        self._lock = threading.Lock()
+        self._numba: Any = None
+        self._loops: dict[np.dtype, tuple[Any, ...]] = {}
+        self._scalar: Any = None
+
+    def scalar(self) -> Any:
+        """The scalar function compiled with Numba, as every loop of this kernel calls it."""
+        if self._scalar is None:
+            self._scalar = numba.njit(**loops.options())(self.spec.pyfunc)
+        return self._scalar
+
+    def numba_object(self) -> Any:
+        """The Numba ``DUFunc`` (``cpu``), ``numpy.ufunc`` (``parallel``) or ``GUFunc``."""
+        with self._lock:
+            if self._numba is None:
+                self._numba = _compile(self.spec, self.target,
+                                       lambda cache: _numba_object(self.spec, self.target, cache))
+        return self._numba
+
+    def loops(self, dtype: np.dtype) -> tuple[Any, ...]:
+        """The flat loop dispatchers computing in ``dtype`` (see :mod:`.loops`)."""
+        found = self._loops.get(dtype)
+        if found is None:
+            with self._lock:
+                found = self._loops.get(dtype)
+                if found is None:
+                    make = loops.ufunc_loops if self.spec.layout is None else loops.gufunc_loops
+                    source = self.spec.source_key
+                    key = None if source is None else f"{source}:{dtype}"
+                    found = self._loops[dtype] = make(self.scalar(), dtype.type, key)
+        return found
+
+    def compile_loop(self, dispatcher: Any, argtypes: tuple[Any, ...]) -> None:
+        """Compile one flat loop for ``argtypes`` now, so that errors name the kernel."""
+        _compile(self.spec, self.target, lambda cache: dispatcher.compile(argtypes))
 
 
 class CpuTarget(Target):
-    """Numba's ``cpu`` (one core) or ``parallel`` (all cores) ufunc target."""
+    """Numba's ``cpu`` (one core) or ``parallel`` (all cores) target."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         # Numba's ``workqueue`` threading layer aborts the process when two Python threads run
-        # a parallel ufunc at once; serialize those calls when (and only when) it is in use.
+        # parallel code at once; such calls are serialized while (and only while) it is in use.
         self._serialize: threading.Lock | None = threading.Lock() if name == "parallel" else None
 
-    def compile(self, spec: KernelSpec) -> Any:
-        return compile_numba(spec, self.name)
+    def compile(self, spec: KernelSpec) -> CpuKernel:
+        return CpuKernel(spec, self.name)
 
-    def execute(
-        self,
-        spec: KernelSpec,
-        compiled: Any,
-        plan: Plan,
-        inputs: list[Any],
-        outs: tuple[Any, ...] | None,
-        where: Any,
-        **options: Any,
-    ) -> tuple[Any, ...]:
-        ufunc = getattr(compiled, "ufunc", compiled)  # the DUFunc's real np.ufunc
-        run = self._run_ufunc if spec.layout is None else self._run_gufunc
-        if where is not True:
-            # Numba's ufunc loops cannot take NumPy's write mask: compute everything, then copy
-            # the selected positions into ``out`` (kernels are pure, so this only costs time).
-            results = self.execute(spec, compiled, plan, inputs, None, True)
-            if outs is None:  # NumPy leaves the masked-out positions undefined: any value will do
-                return results
-            for out, result in zip(outs, results):
-                core = (np.newaxis,) * (result.ndim - len(plan.loop_shape))
-                np.copyto(out, result, casting="unsafe", where=np.asarray(where)[(..., *core)])
-            return outs
-        if self._serialize is None:
-            return run(ufunc, plan, inputs, outs)
-        with self._serialize:
-            result = run(ufunc, plan, inputs, outs)
-            if numba.threading_layer() != "workqueue":
-                self._serialize = None  # a thread-safe layer is running: no lock from now on
-        return result
+    def public_object(self, compiled: CpuKernel) -> Any:
+        return compiled.numba_object()
 
-    @staticmethod
-    def _run_ufunc(ufunc, plan: Plan, inputs, outs) -> tuple[Any, ...]:
-        given = outs[0] if outs else None
-        if given is None:
-            out = np.empty(plan.out_shapes[0], plan.result_dtype, order=plan.order)
-        elif _loop_writes_correctly(given, inputs, plan.loop.dtype):
-            out = given
+    def prepare(self, spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
+        order = _flat_order(spec, plan)
+        if order is not None:
+            make = _flat_ufunc if spec.layout is None else _flat_gufunc
+            execute = make(spec, compiled, plan, order, self.name == "parallel")
         else:
-            out = np.empty_like(given, order="C")
-        char = plan.loop.char
-        # The casts were checked by the dispatcher against the caller's ``casting=``.
-        ufunc(*inputs, out=out, casting="unsafe", signature=char * len(inputs) + "->" + char)
-        if given is not None and out is not given:
-            np.copyto(given, out)
-        return (given if given is not None else out,)
+            execute = _numba_ufunc(spec, compiled, plan) if spec.layout is None else \
+                _numba_gufunc(compiled, plan)
+        return execute if self._serialize is None else self._serialized(execute)
 
-    @staticmethod
-    def _run_gufunc(ufunc, plan: Plan, inputs, outs) -> tuple[Any, ...]:
-        dtype = plan.loop.dtype
+    def _serialized(self, execute: Executor) -> Executor:
+        def run(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+            lock = self._serialize
+            if lock is None:
+                return execute(inputs, outs, where, stream)
+            with lock:
+                result = execute(inputs, outs, where, stream)
+                if numba.threading_layer() != "workqueue":
+                    self._serialize = None  # a thread-safe layer is running: no lock from now on
+            return result
+
+        return run
+
+
+# -- which calls take the flat loops ------------------------------------------------------------------
+def _native_array(a: Arg, dtypes: str = "biuf") -> bool:
+    return (a.role == HOST and a.cls is np.ndarray and a.dtype.isnative and a.dtype.kind in dtypes
+            and a.dtype != np.float16)
+
+
+def _is_scalar(a: Arg) -> bool:
+    return a.role == SCALAR or (a.role == NUMPY_SCALAR and a.dtype.kind in "biuf" and a.dtype != np.float16)
+
+
+def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
+    """'C' or 'F' if the call can run on a flat loop (every array of the loop's dtype, contiguous
+    in that order with the loop's shape, plus core dimensions for gufuncs), else ``None``."""
+    order = "F" if plan.order == "F" and len(plan.loop_shape) > 1 else "C"
+    if spec.layout is not None:
+        order = "C"
+        if plan.where is not None or plan.result_dtype != plan.loop.dtype:
+            return None
+    elif plan.result_dtype != plan.loop.dtype:  # float16 results
+        return None
+    # Arrays of the loop's dtype only: each combination of argument types is a compilation,
+    # and NumPy's casting machinery serves the rarer mixed-dtype calls well enough.
+    loop = plan.loop.dtype
+    arrays = []
+    for a, core in zip(plan.inputs, plan.cores):
+        if _is_scalar(a) and not core:
+            continue
+        if not _native_array(a) or a.dtype != loop:
+            return None
+        arrays.append((a, core))
+    for o, core in zip(plan.outs or (), plan.cores[spec.nin:]):
+        if not _native_array(o, "f") or o.dtype != loop:
+            return None
+        arrays.append((o, core))
+    if plan.where is not None:
+        if not _native_array(plan.where, "b"):
+            return None
+        arrays.append((plan.where, 0))
+    for a, core in arrays:
+        shape = plan.loop_shape + a.shape[len(a.shape) - core:] if core else plan.loop_shape
+        if a.shape != shape or not is_contiguous(a.shape, a.strides, a.dtype.itemsize, order):
+            return None
+    return order
+
+
+def _flattener(order: str, ndim: int) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The 1-D view of a contiguous array in memory order (``None``: already 1-D)."""
+    if ndim == 1:
+        return None
+    if order == "F":
+        return lambda a: a.T.reshape(-1)
+    return lambda a: a.reshape(-1)
+
+
+def _numba_args(plan: Plan, cast: type) -> Any:
+    """Numba type of the flat loop's ``*args``: the tuple of inputs, as Numba's dispatcher folds
+    them at call time (so that the specialization compiled here is the one the call finds)."""
+    loop = from_dtype(np.dtype(cast))
+    result = []
+    for a, core in zip(plan.inputs, plan.cores):
+        if a.is_array:
+            result.append(nbtypes.Array(from_dtype(a.dtype), 1 + core, "C"))
+        else:
+            result.append(loop)
+    return nbtypes.BaseTuple.from_types(tuple(result))
+
+
+def _scalar_casts(plan: Plan) -> list[tuple[int, type]]:
+    cast = plan.loop.dtype.type
+    return [(i, cast) for i, (a, core) in enumerate(zip(plan.inputs, plan.cores)) if not a.is_array]
+
+
+def _read_before_write(inputs: list[Any], outs: tuple[Any, ...]) -> list[Any]:
+    """Inputs that share memory with an output, other than the output itself, read from a copy:
+    NumPy's result is that of a call that reads every input before writing anything."""
+    for i, a in enumerate(inputs):
+        if type(a) is np.ndarray:
+            for o in outs:
+                if a is not o and np.may_share_memory(a, o) and not _same_memory(a, o):
+                    inputs[i] = a.copy()
+                    break
+    return inputs
+
+
+def _same_memory(a: np.ndarray, o: np.ndarray) -> bool:
+    return (a.__array_interface__["data"][0] == o.__array_interface__["data"][0]
+            and a.strides == o.strides and a.dtype == o.dtype)
+
+
+def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
+    loop, masked, threaded = compiled.loops(plan.loop.dtype)
+    scalars = _scalar_casts(plan)
+    flatten = [_flattener(order, len(a.shape)) if a.is_array else None for a in plan.inputs]
+    flat_out = _flattener(order, len(plan.loop_shape))
+    shape, dtype = plan.out_shapes[0], plan.result_dtype
+    argtypes = _numba_args(plan, plan.loop.dtype.type)
+    out_type = nbtypes.Array(from_dtype(plan.outs[0].dtype if plan.outs else dtype), 1, "C")
+    if plan.where is not None:
+        run = masked
+        compiled.compile_loop(run, (out_type, nbtypes.Array(nbtypes.boolean, 1, "C"), argtypes))
+    else:
+        run = threaded if parallel else loop
+        compiled.compile_loop(run, (out_type, argtypes))
+    flat_where = _flattener(order, len(plan.where.shape)) if plan.where is not None else None
+
+    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        args = list(inputs)
+        for i, cast in scalars:
+            args[i] = cast(args[i])
+        if outs is not None:
+            out = outs[0]
+            args = _read_before_write(args, outs)
+        else:
+            out = np.empty(shape, dtype, order=order)
+        for i, flat in enumerate(flatten):
+            if flat is not None:
+                args[i] = flat(args[i])
+        target = out if flat_out is None else flat_out(out)
+        if where is True:
+            run(target, *args)
+        else:
+            run(target, where if flat_where is None else flat_where(where), *args)
+        return (out,)
+
+    return execute
+
+
+def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
+    loop, threaded = compiled.loops(plan.loop.dtype)
+    run = threaded if parallel else loop
+    n = plan.size
+    scalars = _scalar_casts(plan)
+    rows = [(n, *a.shape[len(a.shape) - core:]) if core else (n,) if a.is_array else None
+            for a, core in zip(plan.inputs, plan.cores)]
+    out_cores = plan.cores[spec.nin:]
+    out_rows = [(n, *shape[len(shape) - core:]) if core else (n, 1)
+                for shape, core in zip(plan.out_shapes, out_cores)]
+    dtype = plan.loop.dtype
+    outs_type = nbtypes.Tuple(tuple(nbtypes.Array(from_dtype(dtype), len(r), "C") for r in out_rows))
+    compiled.compile_loop(run, (outs_type, _numba_args(plan, dtype.type)))
+
+    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        args = list(inputs)
+        for i, cast in scalars:
+            args[i] = cast(args[i])
+        if outs is not None:
+            args = _read_before_write(args, outs)
+        else:
+            outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
+        for i, shape in enumerate(rows):
+            if shape is not None:
+                args[i] = args[i].reshape(shape)
+        run(tuple(o.reshape(r) for o, r in zip(outs, out_rows)), *args)
+        return tuple(outs)
+
+    return execute
+
+
+# -- everything else: the Numba ufunc ------------------------------------------------------------------
+def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
+    ufunc = compiled.numba_object()
+    ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
+    char = plan.loop.char
+    signature = char * spec.nin + "->" + char
+    shape, dtype, order = plan.out_shapes[0], plan.result_dtype, plan.order
+    direct = plan.outs is not None and _loop_writes_correctly(plan.outs[0], plan.inputs, plan.loop.dtype)
+
+    def compute(inputs: list[Any], out: np.ndarray) -> None:
+        # The casts were checked by dispatch against the caller's ``casting=``.
+        ufunc(*inputs, out=out, casting="unsafe", signature=signature)
+
+    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        args = list(inputs)
+        if outs is None:
+            out = np.empty(shape, dtype, order=order)
+            compute(args, out)
+            return (out,)
+        given = outs[0]
+        args = _read_before_write(args, outs)
+        if where is True and direct:
+            compute(args, given)
+            return (given,)
+        # Numba's ufunc loops take no write mask, and some layouts of ``out`` need a buffer:
+        # compute into a new array, then copy (kernels are pure, so this only costs time).
+        result = np.empty(shape, dtype)
+        compute(args, result)
+        np.copyto(given, result, casting="unsafe", where=where)
+        return (given,)
+
+    return execute
+
+
+def _numba_gufunc(compiled: CpuKernel, plan: Plan) -> Executor:
+    ufunc = compiled.numba_object()
+    dtype = plan.loop.dtype
+    cores = plan.cores[len(plan.inputs):]
+
+    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         args = [np.asarray(a, dtype=dtype) for a in inputs]
         given = outs or (None,) * len(plan.out_shapes)
+        if outs is not None:
+            args = _read_before_write(args, outs)
         # Outputs are writable *inputs* of the Numba gufunc, so NumPy would cast a mismatched
         # dtype into a temporary and the writes would be lost: such outputs go through a buffer.
-        bufs = [o if o is not None and o.dtype == dtype else np.empty(shape, dtype, order=plan.order)
-                for o, shape in zip(given, plan.out_shapes)]
+        direct = where is True
+        bufs = [o if o is not None and o.dtype == dtype and direct
+                else np.empty(shape, dtype, order=plan.order) for o, shape in zip(given, plan.out_shapes)]
         ufunc(*args, *bufs)
         results = []
-        for o, buf in zip(given, bufs):
+        for o, buf, core in zip(given, bufs, cores):
             if o is None:
                 o = buf if buf.dtype == plan.result_dtype else buf.astype(plan.result_dtype)
             elif o is not buf:
-                np.copyto(o, buf, casting="unsafe")
+                mask = where if where is True else np.asarray(where)[(..., *(np.newaxis,) * core)]
+                np.copyto(o, buf, casting="unsafe", where=mask)
             results.append(o)
         return tuple(results)
 
+    return execute
 
-def _loop_writes_correctly(out: np.ndarray, inputs: list[Any], loop: np.dtype) -> bool:
+
+def _loop_writes_correctly(out: Arg, inputs: tuple[Arg, ...], loop: np.dtype) -> bool:
     """Whether Numba's ufunc loop can write straight into ``out``.
 
     Numba's ``@vectorize`` loop (0.68, ``build_ufunc_wrapper``) takes its contiguous fast path
     when every *input* has a unit inner step and then writes the output contiguously too,
     ignoring its step: a strided or reversed ``out`` (or an F-ordered one with C-ordered
-    inputs) gets wrong values and writes past its end. A C-contiguous ``out`` is iterated
-    with a unit inner step, and one strided exactly like every input (all of the loop's dtype,
-    so NumPy does not buffer them into contiguous copies) gets the same steps as they do; any
-    other ``out`` is computed into a fresh array and copied.
+    inputs) gets wrong values and writes past its end. A C-contiguous ``out`` of NumPy's own
+    class is iterated with a unit inner step, and one strided exactly like every input (all of
+    the loop's dtype, so NumPy does not buffer them into contiguous copies) gets the same steps
+    as they do; any other ``out`` is computed into a fresh array and copied.
     """
-    if out.flags.c_contiguous:
+    if out.cls is not np.ndarray:
+        return False
+    if is_contiguous(out.shape, out.strides, out.dtype.itemsize):
         return True
-    steps = [s // out.itemsize for s in out.strides]
-    return all(
-        isinstance(a, np.ndarray) and a.dtype == loop
-        and [s // a.itemsize for s in np.broadcast_to(a, out.shape).strides] == steps
-        for a in inputs
-    )
+    steps = [s // out.dtype.itemsize for s in out.strides]
+    for a in inputs:
+        if not a.is_array or a.dtype != loop:
+            return False
+        padded = (1,) * (len(out.shape) - len(a.shape)) + a.shape
+        strides = (0,) * (len(out.shape) - len(a.shape)) + a.strides
+        mine = [0 if n == 1 and m != 1 else s // a.dtype.itemsize
+                for n, m, s in zip(padded, out.shape, strides)]
+        if mine != steps:
+            return False
+    return True

@@ -2,16 +2,20 @@
 
 Modules:
 
-* ``compile`` -- the scalar function as a device function, one ``cuda.jit`` kernel per arity
-  (cached on disk), and Numba's own CUDA ufunc objects for ``gpufuncs.get(name, "cuda")``;
-* ``launch`` -- a validated call on device arrays: streams, operands, outputs, strides, launch;
-* ``arrays`` -- Numba, CuPy, torch, ``__cuda_array_interface__`` and DLPack arrays, and new
-  outputs of the first input's kind;
-* ``host`` -- host NumPy arrays, moved in pinned, pipelined chunks;
-* ``runtime`` -- streams, the memory pool, copies and launches through ``cuda.core`` (or the
-  CUDA simulator under ``NUMBA_ENABLE_CUDASIM=1``).
+* ``recognize`` -- which arguments are CUDA arrays (imported by dispatch; touches no GPU);
+* ``kernels`` -- the two kernel templates (elementwise, generalized) for any arity;
+* ``compile`` -- the scalar function as a device function, the templates compiled per argument
+  types (cached on disk), and Numba's own CUDA ufunc objects for ``gpufuncs.get(name, "cuda")``;
+* ``launch`` -- launch plans: indexing, grid and packed kernel parameters, decided per layout;
+* ``device`` -- the executor of calls with device arrays;
+* ``host`` -- the executor of calls on host NumPy arrays, moved in pinned, pipelined chunks;
+* ``arrays`` -- Numba, CuPy, torch, ``__cuda_array_interface__`` and DLPack arrays: pointers,
+  streams, and new outputs of the first input's kind;
+* ``runtime`` -- streams, the memory pool, copies and ``cuLaunchKernel`` (or the CUDA simulator
+  under ``NUMBA_ENABLE_CUDASIM=1``);
+* ``compat`` -- the simulator's stand-ins and the private APIs used, in one place.
 
-The public call path never goes through Numba's CUDA ufunc dispatcher, which costs close to a
+The call path never goes through Numba's CUDA ufunc dispatcher, which costs close to a
 millisecond per call. Importing this package never initialises CUDA; the first call does.
 """
 
@@ -23,7 +27,7 @@ import os
 from typing import Any
 
 from ...spec import KernelSpec
-from ..base import Plan, Target
+from ..base import DEVICE, Executor, Plan, Target
 
 
 @functools.cache
@@ -51,6 +55,7 @@ class CudaTarget(Target):
     """Kernels compiled with numba-cuda and launched on the GPU through ``cuda.core``."""
 
     name = "cuda"
+    options = ("stream",)
 
     def unavailable_reason(self) -> str | None:
         return _unavailable_reason()
@@ -66,20 +71,10 @@ class CudaTarget(Target):
         the call path never uses it, so a first cuda call does not pay for it."""
         return compiled.numba_object()
 
-    def execute(
-        self,
-        spec: KernelSpec,
-        compiled: Any,
-        plan: Plan,
-        inputs: list[Any],
-        outs: tuple[Any, ...] | None,
-        where: Any,
-        stream: Any = None,
-        **options: Any,
-    ) -> tuple[Any, ...]:
-        """Run ``plan``: on device arrays in place, on host arrays through pinned chunks."""
-        from . import host, launch  # imported on the first call: they need numba.cuda
+    def prepare(self, spec: KernelSpec, compiled: Any, plan: Plan) -> Executor:
+        """Device arrays run in place; host arrays go through pinned, pipelined chunks."""
+        from . import device, host  # imported on the first call: they need numba.cuda
 
-        on_device = launch._is_device_array
-        run = launch.run if any(on_device(a) for a in (*inputs, *(outs or ()))) else host.run
-        return run(spec, compiled, plan, inputs, outs, where, stream)
+        arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
+        on_device = any(a.role == DEVICE for a in arrays)
+        return (device if on_device else host).prepare(spec, compiled, plan)

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from ...spec import KernelSpec
-from ..base import Plan
-from .arrays import Operand, c_strides, stream_handle
+from ..base import Executor, Plan
+from .arrays import address_of, stream_handle
 from .compile import CudaKernels
-from .launch import _by_value, launch
+from .launch import LaunchPlan, Layout
 from .runtime import get_runtime
 
 #: Slots in flight (three: one packing, one on the GPU, one unpacking).
@@ -145,9 +145,9 @@ def _chunks(loop_shape: tuple[int, ...], capacity: int,
 class _Pipeline:
     """The state of one chunked call: host views, slots, and the chunk each slot holds."""
 
-    def __init__(self, spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
+    def __init__(self, spec: KernelSpec, launches: _Launches, plan: Plan, inputs: list[Any],
                  results: tuple[np.ndarray, ...], where: Any, direct: list[bool]) -> None:
-        self.spec, self.kernels, self.plan = spec, kernels, plan
+        self.spec, self.launches, self.plan = spec, launches, plan
         loop = plan.loop.dtype
         self.cores = ([len(d) for d in (*spec.layout.inputs, *spec.layout.outputs)]
                       if spec.layout else [0] * (spec.nin + spec.nout))
@@ -206,12 +206,14 @@ class _Pipeline:
     def _issue(self, slot: int, index: tuple[Any, ...], stream: Any) -> tuple[Any, ...]:
         """Pack chunk ``index`` and queue its copies and kernel on ``stream``."""
         runtime = get_runtime()
-        args: list[Any] = []
+        values: list[Any] = []
+        layouts: list[Layout] = []
         keep: list[Any] = []
         loop = self.plan.loop.dtype
         for k, (view, scalar) in enumerate(zip(self.views, self.scalars)):
             if view is None:
-                args.append(scalar)
+                values.append(scalar)
+                layouts.append(Layout.scalar(loop))
                 continue
             part = view[index]
             dtype = loop if self.cores[k] else part.dtype  # core operands are used in place
@@ -219,42 +221,64 @@ class _Pipeline:
             host = _staging(slot, k, nbytes)[:nbytes].view(dtype).reshape(part.shape)
             _copy(host, part)
             buffer = runtime.allocate(nbytes, stream)
-            runtime.copy(_address(buffer), host.ctypes.data, nbytes, stream)
-            args.append(_operand(buffer, part.shape, dtype))
+            runtime.copy(address_of(buffer), host.ctypes.data, nbytes, stream)
+            values.append(address_of(buffer))
+            layouts.append(Layout.contiguous(part.shape, dtype, core=self.cores[k]))
             keep.append(buffer)
         outs = []
         for k, (out, dtype) in enumerate(zip(self.outs, self.out_dtypes)):
             part = out[index]
+            core = self.cores[self.spec.nin + k]
             buffer = runtime.allocate(part.size * dtype.itemsize, stream)
-            outs.append(_operand(buffer, part.shape, dtype, self.cores[self.spec.nin + k]))
+            values.append(address_of(buffer))
+            layouts.append(Layout.contiguous(part.shape, dtype, _order_major(part.shape, core), core))
+            outs.append((address_of(buffer), part.shape, dtype, core))
             keep.append(buffer)
         chunk_shape = np.broadcast_to(np.empty((), bool), self.loop_shape)[index].shape
-        launch(self.kernels, loop, [*args, *outs], self.cores, len(outs), None, chunk_shape, stream)
+        self.launches.get(layouts, chunk_shape).launch(values, int(stream.handle))
         staged: list[np.ndarray | None] = []
-        for k, op in enumerate(outs):
+        for k, (address, shape, dtype, _) in enumerate(outs):
             if self.direct[k]:
                 target = self.outs[k][index]
-                runtime.copy(target.ctypes.data, op.ptr, target.nbytes, stream)
+                runtime.copy(target.ctypes.data, address, target.nbytes, stream)
                 staged.append(None)
                 continue
-            nbytes = math.prod(op.shape) * op.dtype.itemsize
-            host = _staging(slot, len(self.views) + k, nbytes)[:nbytes].view(op.dtype)
-            runtime.copy(host.ctypes.data, op.ptr, nbytes, stream)
+            nbytes = math.prod(shape) * dtype.itemsize
+            host = _staging(slot, len(self.views) + k, nbytes)[:nbytes].view(dtype)
+            runtime.copy(host.ctypes.data, address, nbytes, stream)
             staged.append(host)
         return index, outs, staged, stream.record(), keep
 
-    def _finish(self, index: tuple[Any, ...], outs: list[Operand], staged: list[np.ndarray],
+    def _finish(self, index: tuple[Any, ...], outs: list[tuple[Any, ...]], staged: list[np.ndarray],
                 done: Any, keep: list[Any]) -> None:
         """Wait for a chunk's copies back, then unpack it into the results."""
         done.sync()
         where = True if self.where is None else self.where[index]
-        for k, (op, host) in enumerate(zip(outs, staged)):
+        for k, ((_, shape, _, core), host) in enumerate(zip(outs, staged)):
             if host is None:  # copied straight into the result
                 continue
-            core = self.cores[self.spec.nin + k]
-            values = _logical_view(host, op.shape, core)
+            values = _logical_view(host, shape, core)
             mask = where if where is True else where[(..., *(np.newaxis,) * core)]
             _copy(self.outs[k][index], values, mask)
+
+
+class _Launches:
+    """The launch plans of one call signature's chunks (a full chunk, and the last one)."""
+
+    def __init__(self, spec: KernelSpec, kernels: CudaKernels, loop: np.dtype) -> None:
+        self.spec, self.kernels, self.loop = spec, kernels, loop
+        self._plans: dict[Any, LaunchPlan] = {}
+
+    def get(self, layouts: list[Layout], shape: tuple[int, ...]) -> LaunchPlan:
+        key = (tuple(layouts), shape)
+        found = self._plans.get(key)
+        if found is None:
+            if len(self._plans) > 8:
+                self._plans.clear()
+            nin = self.spec.nin
+            found = self._plans[key] = LaunchPlan(self.kernels, self.loop, layouts[:nin], layouts[nin:],
+                                                  None, shape)
+        return found
 
 
 def _core_shape(shape: tuple[int, ...], core: int) -> tuple[int, ...]:
@@ -265,24 +289,10 @@ def _core_size(view: np.ndarray, core: int) -> int:
     return math.prod(view.shape[view.ndim - core:]) if core else 1
 
 
-def _address(buffer: Any) -> int:
-    return buffer.ptr if hasattr(buffer, "ptr") else int(buffer.handle)
-
-
 def _order_major(shape: tuple[int, ...], core: int) -> tuple[int, ...]:
     """Logical axes from outermost to innermost in memory: core dimensions first."""
     loop = len(shape) - core
     return (*range(loop, len(shape)), *range(loop))
-
-
-def _operand(buffer: Any, shape: tuple[int, ...], dtype: np.dtype, core: int = 0) -> Operand:
-    """A contiguous device chunk (order-major for core outputs, like the device path)."""
-    axes = _order_major(shape, core)
-    storage = c_strides(tuple(shape[a] for a in axes), dtype.itemsize)
-    strides = [0] * len(shape)
-    for position, axis in enumerate(axes):
-        strides[axis] = storage[position]
-    return Operand(buffer, "chunk", _address(buffer), tuple(shape), tuple(strides), np.dtype(dtype), None)
 
 
 def _logical_view(host: np.ndarray, shape: tuple[int, ...], core: int) -> np.ndarray:
@@ -291,9 +301,29 @@ def _logical_view(host: np.ndarray, shape: tuple[int, ...], core: int) -> np.nda
     return stored.transpose(tuple(int(i) for i in np.argsort(axes)))
 
 
-def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
+def _by_value(value: Any, dtype: np.dtype, core: int) -> Any | None:
+    """A host scalar or one-element array as a scalar of ``dtype`` (``None``: an array operand).
+    Operands with ``core`` dimensions are arrays to the kernel body, whatever their size."""
+    if core:
+        return None
+    if isinstance(value, np.ndarray):
+        return dtype.type(value.reshape(())[()]) if value.size == 1 else None
+    return dtype.type(value)
+
+
+def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
+    """The executor of a call signature on host arrays: results are host arrays, as on cpu."""
+    launches = _Launches(spec, kernels, plan.loop.dtype)
+
+    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        return run(spec, launches, plan, list(inputs), outs, where, stream)
+
+    return execute
+
+
+def run(spec: KernelSpec, launches: _Launches, plan: Plan, inputs: list[Any],
         outs: tuple[np.ndarray, ...] | None, where: Any, stream: Any) -> tuple[np.ndarray, ...]:
-    """Execute ``plan`` on host arrays through the GPU; returns host arrays like the cpu target."""
+    """Execute ``plan`` on host arrays through the GPU, in pipelined chunks."""
     if where is not True and outs is None:
         where = True  # like NumPy, masked positions of a new output are undefined
     if math.prod(plan.loop_shape) == 0:
@@ -307,7 +337,7 @@ def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
             results, direct = outs, [False] * len(outs)
         else:
             results, direct = _new_results(spec, plan)
-        _Pipeline(spec, kernels, plan, inputs, results, where, direct).run(stream)
+        _Pipeline(spec, launches, plan, inputs, results, where, direct).run(stream)
     return results
 
 

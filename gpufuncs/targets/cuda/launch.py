@@ -1,156 +1,181 @@
-"""Running one validated call on device arrays: operands, streams, outputs, strides, launch.
+"""Launch plans: everything about a launch that the layout of its operands decides, done once.
 
-The steps, in order:
-
-1. every device array becomes an :class:`~.arrays.Operand`; the launch stream is ``stream=``,
-   else the current stream of the first device input's library (CuPy, torch), else the stream
-   a Numba array is bound to or a ``__cuda_array_interface__`` names, else the legacy default;
-2. the launch stream waits (an event, on the GPU: the host never blocks) for every producer
-   stream that differs from it, so inputs written on another stream are complete;
-3. host scalars (and one-element host arrays) are passed by value in the loop dtype; a larger host
-   array mixed with device arrays is copied to the device once;
-4. outputs: ``out=`` arrays are written in place (any strides); new ones come from the first
-   input's library or the target's pool, gufunc outputs stored order-major;
-5. loop dimensions are collapsed across all operands; when one contiguous dimension is left the
-   kernel runs on the flat path (element ``i`` at offset ``i``), else on the strided path.
+A :class:`LaunchPlan` is built from the operands' dtypes, shapes and strides (known per call
+signature): flat or strided indexing (dimensions collapsed where every operand steps evenly),
+the kernel compiled for those argument types, the grid, and a :class:`Packer` holding the
+kernel's parameters in a buffer, constants (strides, shape, count) written once. A launch then
+writes the per-call values (pointers and scalars) into their slots and calls ``cuLaunchKernel``.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba.core import types
+from numba.np.numpy_support import from_dtype
 
-from ...dispatch import _is_device_array
-from ...spec import IDENTITY, KernelSpec
-from ..base import Plan
-from .arrays import (
-    Operand,
-    allocate,
-    c_strides,
-    current_stream,
-    describe,
-    detached,
-    extent,
-    has_cai,
-    stream_handle,
-    to_device,
-)
-from .compile import CudaKernels
-from .runtime import LEGACY_HANDLES, SimCore, SimPointer, get_runtime
+from .compat import SimCore, SimPointer
+from .runtime import BLOCK, get_runtime
 
 _ONE = np.uint8(1)  # ``where`` when nothing is masked: passed by value, folded by the compiler
 
 
-class _Args:
-    """Kernel arguments with their type keys: flat ``cuda.core`` values, or simulator objects."""
+@dataclass(frozen=True)
+class Layout:
+    """One operand of a launch: an array (``shape``, byte ``strides``) or a scalar by value."""
 
-    def __init__(self, simulated: bool, shape: tuple[int, ...], n: int) -> None:
-        self.keys: list[Any] = []
-        self.values: list[Any] = []
-        self.simulated = simulated
-        self.shape, self.n = shape, n  # the (collapsed) loop shape; () on the flat path
+    dtype: np.dtype
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    core: int = 0  # trailing core dimensions (gufunc operands)
+    array: bool = True
 
-    def operand(self, op: Operand | Any, strides: tuple[int, ...], core: int) -> None:
-        if not isinstance(op, Operand):  # a scalar by value: no strides
-            self.keys += [("s", op.dtype.char), 0]
-            self.values.append(op)
-            if self.simulated:
-                self.values.append(())
-            return
-        dtype = np.dtype(np.uint8) if op.dtype == np.bool_ else op.dtype
-        if core:
-            self._core(op, dtype, strides, core)
-        else:
-            self.keys.append(("p", dtype.char))
-            self.values.append(SimPointer(op.ptr, dtype) if self.simulated else op.ptr)
-        self.ints(strides)
+    @staticmethod
+    def scalar(dtype: np.dtype) -> Layout:
+        return Layout(np.dtype(dtype), array=False)
 
-    def _core(self, op: Operand, dtype: np.dtype, strides: tuple[int, ...], core: int) -> None:
-        core_shape, core_strides = op.shape[len(op.shape) - core:], op.strides[len(op.shape) - core:]
-        self.keys.append(("a", dtype.char, 1 + core))
-        if self.simulated:
-            self.values.append(SimCore(op.ptr, dtype, core_shape, core_strides))
-            return
-        extent = 1 + sum((n - 1) * s for n, s in zip(self.shape, strides)) if self.shape else self.n
-        item = dtype.itemsize
-        self.values += [0, 0, extent * math.prod(core_shape), item, op.ptr, extent, *core_shape,
-                        item, *core_strides]
+    @staticmethod
+    def contiguous(shape: tuple[int, ...], dtype: np.dtype, axes: Sequence[int] | None = None,
+                   core: int = 0) -> Layout:
+        """A new array of logical ``shape`` stored C-contiguous in the order ``axes`` (outermost
+        first; default C order)."""
+        dtype = np.dtype(dtype)
+        axes = tuple(range(len(shape))) if axes is None else tuple(axes)
+        stored = c_strides(tuple(shape[a] for a in axes), dtype.itemsize)
+        strides = [0] * len(shape)
+        for position, axis in enumerate(axes):
+            strides[axis] = stored[position]
+        return Layout(dtype, tuple(shape), tuple(strides), core)
 
-    def ints(self, values: tuple[int, ...]) -> None:
-        self.keys.append(len(values))
-        if self.simulated:
-            self.values.append(values)
-        else:
-            self.values.extend(values)
-
-    def count(self, n: int) -> None:
-        self.keys.append("n")
-        self.values.append(n)
+    @property
+    def kernel_dtype(self) -> np.dtype:
+        return np.dtype(np.uint8) if self.dtype == np.bool_ else self.dtype
 
 
-def _same_stream(a: int, b: int) -> bool:
-    return a == b or (a in LEGACY_HANDLES and b in LEGACY_HANDLES)
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
-def _resolve_stream(stream: Any, operands: list[Operand]) -> int:
-    if stream is not None:
-        return stream_handle(stream)
-    for op in operands:
-        handle = current_stream(op)
-        if handle is not None:
-            return handle
-    return 0
+# -- kernel parameters -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Hole:
+    """A parameter filled on every launch: value ``index`` of the launch's values."""
+
+    index: int
+    dtype: np.dtype
+    pointer: bool
 
 
-def _describe_all(objs: list[Any], stream: Any) -> tuple[list[Any], int]:
-    """Operands for the device arrays among ``objs`` (others unchanged) and the launch stream."""
-    described, pending = [], []
-    for i, obj in enumerate(objs):
-        if not _is_device_array(obj):
-            described.append(obj)
-        elif _dlpack_only(obj):
-            pending.append(i)  # DLPack needs our stream to order the producer's work before it
-            described.append(obj)
-        else:
-            described.append(describe(obj))
-    handle = _resolve_stream(stream, [d for d in described if isinstance(d, Operand)])
-    for i in pending:
-        described[i] = describe(objs[i], consumer=handle)
-    return described, handle
+@dataclass(frozen=True)
+class _Core:
+    """A core operand: a Numba array of shape ``(extent, *core)`` at the address of a hole."""
+
+    hole: _Hole
+    extent: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes
 
 
-def _dlpack_only(obj: Any) -> bool:
-    return not has_cai(obj) and not getattr(type(obj), "__cuda_ndarray__", False)
+def _numba_type(param: Any) -> types.Type:
+    if isinstance(param, tuple):
+        return types.BaseTuple.from_types(tuple(_numba_type(p) for p in param)) if param else types.Tuple(())
+    if isinstance(param, _Hole):
+        dtype = from_dtype(param.dtype)
+        return types.CPointer(dtype) if param.pointer else dtype
+    if isinstance(param, _Core):
+        return types.Array(from_dtype(param.hole.dtype), 1 + len(param.shape), "A")
+    if isinstance(param, np.generic):
+        return from_dtype(param.dtype)
+    return types.int64  # shape entries, strides and counts
 
 
-def _wait_for_producers(operands: list[Any], handle: int, launch_stream: Any) -> None:
-    runtime = get_runtime()
-    waited: set[int] = set()
-    for op in operands:
-        if isinstance(op, Operand) and op.stream is not None and not _same_stream(op.stream, handle):
-            if op.stream not in waited:
-                launch_stream.wait(runtime.stream(op.stream))
-                waited.add(op.stream)
+def _flat(param: Any) -> list[tuple[str, Any]]:
+    """The kernel's flattened parameters (Numba's ABI): ``(kind, constant or _Hole)`` each."""
+    if isinstance(param, tuple):
+        return [entry for p in param for entry in _flat(p)]
+    if isinstance(param, _Hole):
+        return [("p" if param.pointer else param.dtype.char, param)]
+    if isinstance(param, _Core):
+        item = param.hole.dtype.itemsize
+        # meminfo, parent, nitems, itemsize, data, shape..., strides...
+        ints = [0, 0, param.extent * math.prod(param.shape), item]
+        shape, strides = (param.extent, *param.shape), (item, *param.strides)
+        return [("q", v) for v in ints] + [("p", param.hole)] + [("q", v) for v in (*shape, *strides)]
+    if isinstance(param, np.generic):
+        return [(param.dtype.char, param)]
+    return [("q", int(param))]
 
 
-def _by_value(value: Any, dtype: np.dtype, core: int) -> Any | None:
-    """A host scalar or one-element host array as a scalar of ``dtype``; else ``None``.
+def _sim(param: Any, values: Sequence[Any]) -> Any:
+    """The simulator's argument for ``param``: Python objects over host memory."""
+    if isinstance(param, tuple):
+        return tuple(_sim(p, values) for p in param)
+    if isinstance(param, _Hole):
+        return SimPointer(values[param.index], param.dtype) if param.pointer else values[param.index]
+    if isinstance(param, _Core):
+        return SimCore(values[param.hole.index], param.hole.dtype, param.shape, param.strides)
+    return param
 
-    Operands with ``core`` dimensions are arrays to the kernel body, whatever their size."""
-    if core:
-        return None
-    if isinstance(value, np.ndarray):
-        return dtype.type(value.reshape(())[()]) if value.size == 1 else None
-    return dtype.type(value)
+
+#: Slot views of the parameter buffer by kind: (view dtype, elements per 8-byte slot).
+_VIEWS = {"p": (np.uint64, 1), "q": (np.int64, 1), "d": (np.float64, 1), "f": (np.float32, 2),
+          "B": (np.uint8, 8), "e": (np.float16, 4)}
 
 
-def _loop_strides(op: Any, ndim: int, core: int) -> list[int]:
+class Packer:
+    """A kernel's parameters in an 8-byte slot each, as the ``void**`` ``cuLaunchKernel`` takes.
+
+    Constants are written when a thread first uses the packer; :meth:`pack` writes the per-call
+    values only. Each thread has its own buffer: another thread may pack while one launches.
+    """
+
+    def __init__(self, params: tuple[Any, ...]) -> None:
+        self._flat = _flat(params)
+        self._kinds = sorted(_VIEWS)
+        self._slots: list[tuple[int, int]] = [(0, 0)] * sum(isinstance(v, _Hole) for _, v in self._flat)
+        for slot, (kind, value) in enumerate(self._flat):
+            if isinstance(value, _Hole):
+                self._slots[value.index] = (self._kinds.index(kind), slot * _VIEWS[kind][1])
+        self._local = threading.local()
+
+    def _buffer(self) -> tuple[tuple[np.ndarray, ...], int]:
+        store = np.zeros(max(1, len(self._flat)), np.uint64)
+        views = tuple(store.view(_VIEWS[k][0]) for k in self._kinds)
+        for slot, (kind, value) in enumerate(self._flat):
+            if not isinstance(value, _Hole):
+                views[self._kinds.index(kind)][slot * _VIEWS[kind][1]] = value
+        pointers = store.ctypes.data + 8 * np.arange(len(self._flat), dtype=np.uint64)
+        self._local.kept = (store, pointers)  # alive as long as this thread's buffer
+        self._local.views, self._local.address = views, pointers.ctypes.data
+        return views, pointers.ctypes.data
+
+    def pack(self, values: Sequence[Any]) -> int:
+        """Write ``values`` (one per hole, in order) and return the parameter array's address."""
+        try:
+            views, address = self._local.views, self._local.address
+        except AttributeError:
+            views, address = self._buffer()
+        for (view, index), value in zip(self._slots, values):
+            views[view][index] = value
+        return address
+
+
+# -- plans -------------------------------------------------------------------------------------------
+def _loop_strides(op: Layout, ndim: int) -> list[int]:
     """Element strides of ``op`` over the loop dimensions (0 where it broadcasts)."""
-    if not isinstance(op, Operand):
+    if not op.array:
         return [0] * ndim
-    nd = len(op.shape) - core
+    nd = len(op.shape) - op.core
     item = op.dtype.itemsize
     strides = [0] * (ndim - nd)
     for n, s in zip(op.shape[:nd], op.strides[:nd]):
@@ -162,15 +187,6 @@ def _loop_strides(op: Any, ndim: int, core: int) -> list[int]:
         else:
             strides.append(s // item)
     return strides
-
-
-def _contiguous(operands: list[Any], loop_shape: tuple[int, ...]) -> bool:
-    """Every array operand C-contiguous over the whole loop (element ``i`` at offset ``i``)."""
-    for op in operands:
-        if isinstance(op, Operand) and (op.shape != loop_shape or
-                                        op.strides != c_strides(loop_shape, op.dtype.itemsize)):
-            return False
-    return True
 
 
 def collapse(shape: tuple[int, ...],
@@ -192,181 +208,73 @@ def collapse(shape: tuple[int, ...],
     return tuple(merged_shape), [tuple(m) for m in merged]
 
 
-def launch(kernels: CudaKernels, loop_dtype: np.dtype, args: list[Any], cores: list[int],
-           n_outputs: int, where: Any, loop_shape: tuple[int, ...], stream: Any) -> None:
-    """Launch the kernel of ``kernels`` over ``loop_shape``.
+def _indexing(operands: list[Layout],
+              loop_shape: tuple[int, ...]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """The (collapsed) loop shape and each operand's element strides; ``()`` everywhere on the
+    flat path, where element ``i`` of every array is at offset ``i``."""
+    flat = ((), [()] * len(operands))
+    cores = any(op.core for op in operands)
+    if not cores and all(not op.array or (op.shape == loop_shape and
+                                          op.strides == c_strides(loop_shape, op.dtype.itemsize))
+                         for op in operands):
+        return flat
+    strides = [_loop_strides(op, len(loop_shape)) for op in operands]
+    shape, strides = collapse(loop_shape, strides)
+    arrays = [s for op, s in zip(operands, strides) if op.array]
+    if not cores and len(shape) <= 1 and all(s == (1,) or not shape for s in arrays):
+        return flat  # flat after all (F order, unit dimensions)
+    if any(op.core and min(s, default=0) < 0 for op, s in zip(operands, strides)):
+        raise ValueError("device arrays with negative strides along loop dimensions of a core "
+                         "operand are not supported; pass a contiguous copy")
+    return shape, strides
 
-    ``args`` are the inputs then the outputs (:class:`Operand` or scalars by value), ``cores`` the
-    number of core dimensions of each, ``where`` an :class:`Operand` mask or ``None``.
+
+class LaunchPlan:
+    """One kernel launch over ``loop_shape`` for operands of fixed layouts.
+
+    :meth:`launch` takes the per-call values in order: for each input its pointer (an array) or
+    its value (a scalar, in the loop dtype), then each output's pointer, then the ``where``
+    mask's pointer if there is one.
     """
-    n = math.prod(loop_shape)
-    if n == 0:
-        return
-    every = [*args, where] if isinstance(where, Operand) else list(args)
-    if not any(cores) and _contiguous(every, loop_shape):
-        shape, strides = (), [()] * len(every)  # the flat fast path, without collapsing
-    else:
-        strides = [_loop_strides(op, len(loop_shape), c) for op, c in zip(every, [*cores, 0])]
-        shape, strides = collapse(loop_shape, strides)
-        arrays = [s for op, s in zip(every, strides) if isinstance(op, Operand)]
-        if len(shape) <= 1 and all(s == (1,) or not shape for s in arrays):
-            shape, strides = (), [()] * len(every)  # flat after all (F order, unit dimensions)
-        elif any(c and min(s, default=0) < 0 for s, c in zip(strides, cores)):
-            raise ValueError("device arrays with negative strides along loop dimensions of a core "
-                             "operand are not supported; pass a contiguous copy")
-    runtime = get_runtime()
-    built = _Args(runtime.simulated, shape, n)
-    for op, s, c in zip(args, strides, cores):
-        built.operand(op, s if isinstance(op, Operand) else (), c)
-    if isinstance(where, Operand):
-        built.operand(where, strides[-1], 0)
-    else:
-        built.operand(_ONE, (), 0)
-    built.ints(shape)
-    built.count(n)
-    kernel, per_thread = kernels.get(loop_dtype, tuple(built.keys))
-    runtime.launch(stream, kernel, n, built.values, per_thread)
 
-
-# -- the call -------------------------------------------------------------------------------------
-def run(spec: KernelSpec, kernels: CudaKernels, plan: Plan, inputs: list[Any],
-        outs: tuple[Any, ...] | None, where: Any, stream: Any) -> tuple[Any, ...]:
-    """Execute ``plan`` with at least one device array among ``inputs`` and ``outs``."""
-    runtime = get_runtime()
-    runtime.bind_thread()
-    described, handle = _describe_all([*inputs, *(outs or ())], stream)
-    launch_stream = runtime.stream(handle)
-    _wait_for_producers(described, handle, launch_stream)
-    loop = plan.loop.dtype
-    args: list[Any] = []
-    for value, core in zip(described[: len(inputs)], kernels.cores):
-        if isinstance(value, Operand):
-            args.append(value)
+    def __init__(self, kernels: Any, loop_dtype: np.dtype, inputs: list[Layout], outputs: list[Layout],
+                 where: Layout | None, loop_shape: tuple[int, ...]) -> None:
+        self.n = math.prod(loop_shape)
+        every = [*inputs, *outputs, *([where] if where is not None else [])]
+        shape, strides = _indexing(every, loop_shape) if self.n else ((), [()] * len(every))
+        spec = kernels.spec
+        as_array = spec.array_args if spec.layout is not None else ()
+        params = []
+        for index, (op, s) in enumerate(zip(every, strides)):
+            hole = _Hole(index, op.kernel_dtype if op.array else np.dtype(loop_dtype), op.array)
+            if op.core or (index < len(as_array) and as_array[index]):
+                # ``()`` operands declared as arrays are one-element core views, as in Numba.
+                core_shape = op.shape[len(op.shape) - op.core:] if op.core else (1,)
+                core_strides = op.strides[len(op.shape) - op.core:] if op.core else (op.dtype.itemsize,)
+                extent = 1 + sum((n - 1) * st for n, st in zip(shape, s)) if shape else self.n
+                params.append((_Core(hole, extent, core_shape, core_strides), s))
+            else:
+                params.append((hole, s))
+        w, sw = params.pop() if where is not None else (_ONE, ())
+        if spec.layout is None:
+            (out, so), ins = params[-1], params[:-1]
+            self.params: tuple[Any, ...] = (tuple(p for p, _ in ins), tuple(s for _, s in ins), out, so,
+                                            w, sw, shape, self.n)
         else:
-            scalar = _by_value(value, loop, core)
-            args.append(scalar if scalar is not None else to_device(np.asarray(value), launch_stream))
-    like = next((a for a in args if isinstance(a, Operand) and a.kind != "host-copy"), None)
-    if outs is None:
-        where = True  # like NumPy, positions masked out of a new output are undefined
-        targets = [_new_output(spec, plan, k, like, launch_stream, handle) for k in range(spec.nout)]
-    else:
-        targets = [o if isinstance(o, Operand) else to_device(o, launch_stream)
-                   for o in described[len(inputs):]]
-        like = like or targets[0]
-    mask = _where_operand(where, plan.loop_shape, launch_stream, handle)
-    if mask is False:
-        return tuple(outs)
-    if outs is not None:
-        *args, mask = _without_overlap([*args, mask], targets, launch_stream)
-    cores = kernels.cores
-    if any(cores):
-        _launch_with_casts(spec, kernels, plan, args, targets, cores, mask, launch_stream)
-    else:
-        launch(kernels, plan.loop.dtype, [*args, *targets], cores, len(targets), mask,
-               plan.loop_shape, launch_stream)
-    results = []
-    for k, target in enumerate(targets):
-        if target.kind == "host-copy":  # a host out= with device inputs: copied back
-            _copy_back(target, outs[k], launch_stream)
-            results.append(outs[k])
+            self.params = (tuple(p for p, _ in params), tuple(s for _, s in params), w, sw, shape, self.n)
+        argtypes = tuple(_numba_type(p) for p in self.params)
+        self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes)
+        self.blocks = -(-self.n // (BLOCK * per_thread))
+        runtime = get_runtime()
+        self.simulated = runtime.simulated
+        self.function = runtime.function(self.kernel) if self.n else None
+        self.packer = Packer(self.params) if not self.simulated else None
+
+    def launch(self, values: Sequence[Any], handle: int) -> None:
+        """Launch on the stream ``handle`` with this call's pointers and scalars."""
+        if not self.n:
+            return
+        if self.simulated:
+            get_runtime().launch(self.function, self.blocks, handle, _sim(self.params, values))
         else:
-            results.append(outs[k] if outs is not None else target.obj)
-    return tuple(results)
-
-
-
-
-
-def _without_overlap(inputs: list[Any], outputs: list[Operand], stream: Any) -> list[Any]:
-    """Inputs that share memory with an output read from a copy, unless they are that output
-    element for element (``out=x`` on ``x``): threads run in no fixed order, and NumPy's rule is
-    the result of a call without overlap."""
-    spans = [extent(o) for o in outputs]
-    result = []
-    for op in inputs:
-        if isinstance(op, Operand) and any(
-            lo < hi and max(lo, out_lo) < min(hi, out_hi) and not _same_elements(op, out)
-            for (lo, hi), (out_lo, out_hi), out in ((extent(op), span, o) for span, o in zip(spans, outputs))
-        ):
-            op = detached(op, stream)
-        result.append(op)
-    return result
-
-
-def _same_elements(a: Operand, b: Operand) -> bool:
-    return (a.ptr, a.shape, a.strides, a.dtype) == (b.ptr, b.shape, b.strides, b.dtype)
-
-
-def _new_output(spec: KernelSpec, plan: Plan, k: int, like: Operand | None, stream: Any,
-                handle: int) -> Operand:
-    shape = plan.out_shapes[k]
-    loop_nd = len(plan.loop_shape)
-    if spec.layout is not None:
-        # Order-major: core dimensions outermost, so the threads of a warp (consecutive loop
-        # elements) write consecutive addresses for every core index.
-        axes = (*range(loop_nd, len(shape)), *range(loop_nd))
-    elif plan.order == "F":
-        axes = tuple(reversed(range(len(shape))))
-    else:
-        axes = tuple(range(len(shape)))
-    return allocate(like, shape, plan.result_dtype, axes, stream, handle)
-
-
-def _where_operand(where: Any, loop_shape: tuple[int, ...], stream: Any, handle: int) -> Any:
-    """``None`` (no mask), ``False`` (nothing to write) or the mask as an :class:`Operand`."""
-    if where is True:
-        return None
-    if _is_device_array(where):
-        mask = describe(where, consumer=handle)
-        if mask.dtype != np.bool_:
-            raise TypeError(f"where= must be a boolean array, got dtype {mask.dtype}")
-    else:
-        host = np.asarray(where)
-        if host.dtype != np.bool_:
-            raise TypeError(f"where= must be boolean, got dtype {host.dtype}")
-        if host.size == 1:
-            return None if host.reshape(())[()] else False
-        mask = to_device(host, stream)
-    if np.broadcast_shapes(mask.shape, loop_shape) != tuple(loop_shape):
-        raise ValueError(f"where= of shape {mask.shape} does not broadcast to {loop_shape}")
-    return mask
-
-
-def _launch_with_casts(spec: KernelSpec, kernels: CudaKernels, plan: Plan, args: list[Any],
-                       targets: list[Operand], cores: list[int], mask: Any, stream: Any) -> None:
-    """Launch; core operands of another dtype than the loop's go through loop-dtype buffers."""
-    loop = plan.loop.dtype
-    staged: list[tuple[Operand, Operand]] = []  # (buffer, output) pairs to copy back
-    for i, (op, core) in enumerate(zip([*args, *targets], cores)):
-        if not core or not isinstance(op, Operand) or op.dtype == loop:
-            continue
-        buffer = allocate(None, op.shape, loop, tuple(range(len(op.shape))), stream, 0)
-        if i < len(args) or mask is not None:  # inputs, and outputs that keep masked values
-            cast(op, buffer, stream)
-        if i < len(args):
-            args[i] = buffer
-        else:
-            staged.append((buffer, op))
-            targets[i - len(args)] = buffer
-    launch(kernels, loop, [*args, *targets], cores, len(targets), mask, plan.loop_shape, stream)
-    for buffer, out in staged:
-        cast(buffer, out, stream)
-
-
-def _copy_back(device: Operand, host: np.ndarray, stream: Any) -> None:
-    values = np.empty(device.shape, device.dtype)
-    get_runtime().copy(values.ctypes.data, device.ptr, values.nbytes, stream)
-    stream.sync()
-    np.copyto(host, values, casting="unsafe")
-
-
-# -- casting copies between device arrays (through the same kernels) ------------------------------
-_identity_kernels: list[CudaKernels] = []
-
-
-def cast(src: Operand, dst: Operand, stream: Any) -> None:
-    """Copy ``src`` into ``dst`` (same shape), converting the dtype on the way."""
-    if not _identity_kernels:
-        _identity_kernels.append(CudaKernels(IDENTITY))
-    loop = np.dtype(np.float64) if np.float64 in (src.dtype, dst.dtype) else np.dtype(np.float32)
-    launch(_identity_kernels[0], loop, [src, dst], [0, 0], 1, None, src.shape, stream)
+            get_runtime().launch(self.function, self.blocks, handle, self.packer.pack(values))

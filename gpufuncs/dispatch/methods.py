@@ -2,20 +2,37 @@
 
 On the host they run through the real :class:`numpy.ufunc` that Numba built, after gpufuncs'
 own dtype rules picked the loop, so they follow NumPy exactly. On ``cuda``, ``outer`` is a
-broadcast call and ``reduce`` a pairwise tree of calls (both through the one call path).
+broadcast call and ``reduce`` a pairwise tree of calls (both through the one call path). Only the
+kernel's public interface is used here: calls, ``resolve_loop`` and ``compiled``.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .dispatch import Kernel
+from ..spec import IDENTITY, KernelSpec
+from ..targets import get_target
+from .args import describe, device_arrays_of
 
-_NO_VALUE: Any = np._NoValue  # NumPy's own "not given" marker for ``initial``
+
+class Kernel(Protocol):
+    """What the methods use of a kernel: its public interface (``dispatch.kernel.Kernel``)."""
+
+    __name__: str
+    spec: KernelSpec
+    types: list[str]
+    identity: float | None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def resolve_loop(self, dtypes: list[Any], dtype: Any = None) -> tuple[np.dtype, np.dtype]: ...
+
+    def compiled(self, target: str) -> Any: ...
+
+NO_VALUE: Any = np._NoValue  # NumPy's own "not given" marker for ``initial``
 
 
 def require_binary(kernel: Kernel, method: str) -> None:
@@ -36,7 +53,7 @@ def outer(kernel: Kernel, a: Any, b: Any, **kwargs: Any) -> Any:
     require_binary(kernel, "outer")
     a = a if hasattr(a, "reshape") else np.asarray(a)
     b = b if hasattr(b, "shape") else np.asarray(b)
-    return kernel.call(a.reshape((*a.shape, *(1,) * len(b.shape))), b, **kwargs)
+    return kernel(a.reshape((*a.shape, *(1,) * len(b.shape))), b, **kwargs)
 
 
 def _host_ufunc(kernel: Kernel, target: str) -> Any:
@@ -46,26 +63,29 @@ def _host_ufunc(kernel: Kernel, target: str) -> Any:
     if target not in ("auto", "cpu", "parallel"):
         raise ValueError(f"{kernel.__name__}: target {target!r} is not available for this method "
                          "on host arrays; use 'cpu' or 'parallel'")
-    compiled = kernel.compiled("cpu")
+    compiled = get_target("cpu").public_object(kernel.compiled("cpu"))
     return getattr(compiled, "ufunc", compiled)
 
 
 def _host_loop(kernel: Kernel, array: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.dtype]:
     """``array`` cast to the loop gpufuncs' dtype rules choose, and the result dtype."""
-    dt = kernel._dtype_of(array, "the input")
-    loop, result = kernel._loop_dtype([dt], dtype)
-    kernel._check_casting([dt], loop, result, None, "same_kind")
+    info = describe(array)
+    if info.dtype.kind not in "biuf":
+        raise TypeError(f"{kernel.__name__}: unsupported dtype {info.dtype} for the input; "
+                        f"loops: {', '.join(kernel.types)}")
+    loop, result = kernel.resolve_loop([info.dtype], dtype)
+    if not np.can_cast(info.dtype, loop, "same_kind"):
+        raise TypeError(f"{kernel.__name__}: cannot cast the input from {info.dtype} to the {loop} "
+                        "loop with casting='same_kind'")
     return np.asarray(array, dtype=loop), result
 
 
 def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: Any = None,
-           keepdims: bool = False, initial: Any = _NO_VALUE, where: Any = True,
+           keepdims: bool = False, initial: Any = NO_VALUE, where: Any = True,
            target: str = "auto") -> Any:
     """Reduce ``array`` along ``axis`` by repeated application, like :meth:`numpy.ufunc.reduce`."""
     require_binary(kernel, "reduce")
-    from .dispatch import _is_device_array
-
-    if _is_device_array(array) or target == "cuda":
+    if device_arrays_of(array) is not None or target == "cuda":
         unsupported = [name for name, value, default in (("out", out, None), ("where", where, True))
                        if value is not default]
         if unsupported:
@@ -75,7 +95,7 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
     array = np.asarray(array)
     values, result = _host_loop(kernel, array, dtype)
     ufunc = _host_ufunc(kernel, target)
-    if initial is _NO_VALUE and kernel.identity is not None and _reduces_nothing(array, axis):
+    if initial is NO_VALUE and kernel.identity is not None and _reduces_nothing(array, axis):
         initial = kernel.identity  # Numba can store only 0 or 1 as a ufunc's own identity
     reduced = ufunc.reduce(values, axis=axis, dtype=values.dtype, keepdims=keepdims,
                            initial=initial, where=where)
@@ -142,25 +162,22 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, keepdims: 
         return values[(slice(None),) * axis + (slice(start, stop),)]
 
     n = shape[axis]
-    if n == 1 and initial is _NO_VALUE:  # nothing to combine: a new array all the same, like NumPy
-        array = _device_copy().call(array, **options)
+    if n == 1 and initial is NO_VALUE:  # nothing to combine: a new array all the same, like NumPy
+        array = _device_copy(type(kernel))(array, **options)
     while n > 1:
         half = n // 2
-        head = kernel.call(part(array, 0, half), part(array, half, 2 * half), **options)
+        head = kernel(part(array, 0, half), part(array, half, 2 * half), **options)
         if n % 2:  # fold the odd last element into the last pair's result, in place
             last = part(head, half - 1, half)
-            kernel.call(last, part(array, n - 1, n), out=last, **options)
+            kernel(last, part(array, n - 1, n), out=last, **options)
         array, n = head, half
-    if initial is not _NO_VALUE:
-        array = kernel.call(initial, array, **options)
+    if initial is not NO_VALUE:
+        array = kernel(initial, array, **options)
     kept = (*shape[:axis], 1, *shape[axis + 1:])
     return array.reshape(kept if keepdims else shape[:axis] + shape[axis + 1:])
 
 
 @functools.cache
-def _device_copy() -> Kernel:
+def _device_copy(kind: type) -> Kernel:
     """``x -> x`` as a kernel: a new device array of the input's kind (and the loop's dtype)."""
-    from .dispatch import Kernel
-    from .spec import IDENTITY
-
-    return Kernel(IDENTITY)
+    return kind(IDENTITY)

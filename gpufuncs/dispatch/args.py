@@ -1,0 +1,141 @@
+"""Arguments: what kind each one is, and the call signature that keys resolved calls.
+
+Every argument falls in one of four roles (:mod:`gpufuncs.targets.base`): a weak Python scalar, a
+NumPy scalar, a host array, or a device array of the target that recognises it. How to read an
+argument is decided once per Python type (:func:`_keyer_for`), so building the key of a repeated
+call costs a dictionary lookup and three attribute reads per array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..targets import DEVICE_ARRAYS, HOST, NUMPY_SCALAR, SCALAR, Arg, DeviceArrays
+
+WEAK_SCALARS = (bool, int, float)
+
+
+class _Unkeyable:
+    """Stands in a key for an argument that is described afresh on every call; being
+    unhashable, it turns the dictionary lookup of the whole key into a ``TypeError``."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+UNKEYABLE = _Unkeyable()
+
+
+def overrides_array_ufunc(cls: type) -> bool:
+    """Whether ``cls`` overrides ``__array_ufunc__`` (Dask, xarray, pandas, ...), NEP 13."""
+    method = getattr(cls, "__array_ufunc__", None)
+    return method is not None and method is not np.ndarray.__array_ufunc__
+
+
+def _device_arrays(cls: type) -> tuple[DeviceArrays | None, bool]:
+    """The device target that recognises ``cls``, and whether every instance is its array."""
+    for arrays in DEVICE_ARRAYS:
+        verdict = arrays.classify(cls)
+        if verdict is not False:
+            return arrays, bool(verdict)
+    return None, False
+
+
+def _host_key(obj: Any) -> Any:
+    return type(obj), obj.dtype, obj.shape, obj.strides
+
+
+def _type_key(obj: Any) -> Any:
+    return type(obj)
+
+
+def _unkeyable(obj: Any) -> Any:
+    return UNKEYABLE
+
+
+def _keyer_for(cls: type) -> Callable[[Any], Any]:
+    """How to key arguments of type ``cls``, decided once per type."""
+    if issubclass(cls, np.ndarray):
+        return _unkeyable if overrides_array_ufunc(cls) else _host_key
+    if cls in WEAK_SCALARS or issubclass(cls, np.generic):
+        return _type_key
+    if cls is type(None):
+        return _type_key
+    arrays, always = _device_arrays(cls)
+    if arrays is None:
+        return _unkeyable  # lists, Dask, xarray, ...: the full path every time
+    if always:
+        return lambda obj: arrays.key(obj) or UNKEYABLE
+
+    def per_instance(obj: Any) -> Any:
+        return (arrays.key(obj) or UNKEYABLE) if arrays.owns(obj) else UNKEYABLE
+
+    return per_instance
+
+
+_KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _host_key}
+
+
+def arg_key(obj: Any) -> Any:
+    """The part of the call signature that argument ``obj`` contributes."""
+    cls = type(obj)
+    keyer = _KEYERS.get(cls)
+    if keyer is None:
+        keyer = _KEYERS[cls] = _keyer_for(cls)
+    return keyer(obj)
+
+
+#: Keywords whose value is an operand (keyed like a positional argument) or a runtime value
+#: such as a stream (keyed by presence only); the others are keyed by value.
+_OPERAND_KEYWORDS = ("out", "where")
+_RUNTIME_KEYWORDS = ("stream",)
+
+
+def _keyword_key(name: str, value: Any) -> Any:
+    if name == "out":
+        if type(value) is tuple:
+            return tuple(arg_key(v) for v in value)
+        return arg_key(value)
+    if name == "where":
+        return value if type(value) is bool else arg_key(value)
+    if name in _RUNTIME_KEYWORDS:
+        return type(value)
+    return value
+
+
+def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The call signature: argument kinds, dtypes, shapes and strides, and the keywords.
+
+    Hashable for a call whose resolution can be reused; otherwise looking it up raises
+    ``TypeError`` (see :data:`UNKEYABLE`).
+    """
+    key = [arg_key(a) for a in args]
+    for name, value in kwargs.items():
+        key.append(name)
+        key.append(_keyword_key(name, value))
+    return tuple(key)
+
+
+def describe(obj: Any) -> Arg | None:
+    """The :class:`Arg` of ``obj``, or ``None`` for an array-like to convert with NumPy."""
+    cls = type(obj)
+    if cls in WEAK_SCALARS:
+        return Arg(SCALAR, cls, cls)
+    if isinstance(obj, np.generic):
+        return Arg(NUMPY_SCALAR, cls, obj.dtype)
+    if isinstance(obj, np.ndarray):
+        return Arg(HOST, cls, obj.dtype, obj.shape, obj.strides)
+    arrays, always = _device_arrays(cls)
+    if arrays is not None and (always or arrays.owns(obj)):
+        return arrays.describe(obj)
+    return None
+
+
+def device_arrays_of(obj: Any) -> DeviceArrays | None:
+    """The device target's recognizer if ``obj`` is one of its arrays, else ``None``."""
+    arrays, always = _device_arrays(type(obj))
+    if arrays is not None and (always or arrays.owns(obj)):
+        return arrays
+    return None

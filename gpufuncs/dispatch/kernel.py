@@ -1,0 +1,391 @@
+"""The public callable of every kernel, and the one call path.
+
+Every call, on every target, with or without keywords, goes
+
+    Kernel.__call__ -> call signature (args.call_key) -> ResolvedCall (cached) -> target executor
+
+A call signature that has not been seen is validated completely (:mod:`.plan`) into a
+:class:`~gpufuncs.targets.Plan`, for which the target prepares an executor; both are kept in a
+:class:`ResolvedCall`. A repeated call builds its key, finds the resolved call and runs it: take
+the operands, check that ``out=`` is writable, execute (the executor allocates outputs, checks
+overlap with ``out=`` and launches), and finish the result as NumPy would.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..spec import KernelSpec
+from ..targets import (
+    DEVICE,
+    TARGET_NAMES,
+    CudaUnavailableError,
+    Plan,
+    auto_host_target,
+    get_target,
+)
+from . import methods
+from .args import call_key, device_arrays_of, overrides_array_ufunc
+from .plan import (
+    KEYWORDS,
+    Call,
+    build_plan,
+    describe_input,
+    describe_out,
+    loop_types,
+    parse_call,
+    resolve_loop,
+    where_arg,
+)
+
+#: Resolved calls kept per kernel (one per call signature); the cache is emptied when full.
+RESOLVED_CACHE_SIZE = 256
+
+#: Keywords that some target accepts (``stream`` for cuda); other targets refuse them by name.
+TARGET_OPTIONS = ("stream",)
+
+
+class ResolvedCall:
+    """Everything decided once for one call signature; calling it runs such a call.
+
+    Attributes
+    ----------
+    plan : Plan
+        The validated call.
+    target : str
+        The concrete target it runs on.
+    """
+
+    __slots__ = ("_convert", "_executor", "_finish", "_nin", "_out_checks", "_outs_from",
+                 "_stop", "_stream", "_where", "plan", "target")
+
+    def __init__(self, kernel: Kernel, call: Call, plan: Plan, target: str, executor: Callable,
+                 convert: tuple[int, ...], where_converted: bool) -> None:
+        spec = kernel.spec
+        self.plan, self.target, self._executor = plan, target, executor
+        self._nin = spec.nin
+        self._stop = spec.nin + len(call.sizes)  # where positional outputs start
+        self._outs_from = "args" if call.out_positional else ("out" if call.outs is not None else None)
+        self._out_checks = tuple(_writable_check(spec, o) for o in call.outs or ())
+        self._convert = convert
+        self._where = "convert" if where_converted else ("given" if "where" in _given(call) else None)
+        self._stream = "stream" in call.options
+        elementwise_scalar = spec.layout is None and not plan.loop_shape and all(
+            a.role != DEVICE for a in plan.inputs)
+        self._finish = _scalar_result if elementwise_scalar else _array_result
+        if spec.nout > 1:
+            self._finish = tuple
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        inputs = args[: self._nin]
+        for i in self._convert:  # array-likes such as lists (never cached: converted each call)
+            inputs = (*inputs[:i], np.asarray(inputs[i]), *inputs[i + 1:])
+        outs = None
+        if self._outs_from is not None:
+            outs = args[self._stop:] if self._outs_from == "args" else kwargs["out"]
+            if type(outs) is not tuple:
+                outs = (outs,)
+            for check, out in zip(self._out_checks, outs):
+                check(out)
+        where = True
+        if self._where is not None:
+            where = kwargs["where"] if self._where == "given" else np.asarray(kwargs["where"], dtype=bool)
+        results = self._executor(inputs, outs, where, kwargs["stream"] if self._stream else None)
+        if outs is not None:
+            return outs[0] if len(outs) == 1 else outs
+        return self._finish(results)
+
+
+def _scalar_result(results: tuple[Any, ...]) -> Any:
+    return results[0][()]  # like NumPy: 0-d inputs give a NumPy scalar
+
+
+def _array_result(results: tuple[Any, ...]) -> Any:
+    return results[0]
+
+
+def _given(call: Call) -> set[str]:
+    return {name for name, default in KEYWORDS.items()
+            if name != "out" and getattr(call, name) is not default}
+
+
+def _writable_check(spec: KernelSpec, out: Any) -> Callable[[Any], None]:
+    """A per-call check that ``out=`` may be written (flags can change between calls)."""
+    arrays = device_arrays_of(out)
+    if arrays is None:
+        def host(o: Any) -> None:
+            if not o.flags.writeable:
+                raise ValueError(f"{spec.name}: out= array is read-only")
+        return host
+
+    def device(o: Any) -> None:
+        if not arrays.writable(o):
+            raise ValueError(f"{spec.name}: out= device array is read-only")
+    return device
+
+
+class Kernel:
+    """A NumPy-compatible ufunc (or gufunc) built from one scalar kernel, on every target.
+
+    Instances are created by :func:`gpufuncs.ufunc` / :func:`gpufuncs.gufunc` and live in the
+    registry. Calling one behaves like calling a :class:`numpy.ufunc`, with two keywords more:
+    ``target`` (``'auto'``, ``'cpu'``, ``'parallel'``, ``'cuda'``) and, for cuda, ``stream``.
+    Each target is compiled on first use, exactly once even under concurrent calls.
+    """
+
+    def __init__(self, spec: KernelSpec) -> None:
+        self.spec = spec
+        self.__name__ = spec.name
+        self.__qualname__ = getattr(spec.pyfunc, "__qualname__", spec.name)
+        self.__doc__ = spec.doc
+        self.__module__ = getattr(spec.pyfunc, "__module__", __name__)
+        self.__signature__ = _signature(spec)
+        self.registry: Any = None  # set by the registry that holds this kernel (for pickling)
+        self._compiled: dict[str, Any] = {}
+        self._compile_lock = threading.Lock()
+        self._resolved: dict[Any, ResolvedCall] = {}
+        # Output-only core sizes (hermite_norm's n) shape the result: keyed by value.
+        dims = spec.layout.output_only_dims if spec.layout else ()
+        self._sizes = slice(spec.nin, spec.nin + len(dims)) if dims else None
+
+    # -- what code written for np.ufunc reads ---------------------------------------------
+    @property
+    def nin(self) -> int:
+        return self.spec.nin
+
+    @property
+    def nout(self) -> int:
+        return self.spec.nout
+
+    @property
+    def nargs(self) -> int:
+        return self.nin + self.nout
+
+    @property
+    def ntypes(self) -> int:
+        return len(self.spec.loops)
+
+    @property
+    def types(self) -> list[str]:
+        """NumPy's loop strings, e.g. ``['fff->f', 'ddd->d']``."""
+        return loop_types(self.spec)
+
+    @property
+    def signature(self) -> str | None:
+        """The gufunc layout (``'()->(n)'``), or ``None`` for an elementwise kernel."""
+        return self.spec.layout.text if self.spec.layout else None
+
+    @property
+    def identity(self) -> float | None:
+        return self.spec.identity
+
+    def __repr__(self) -> str:
+        kind = "gufunc" if self.spec.layout else "ufunc"
+        layout = f" {self.signature!r}" if self.signature else ""
+        return (f"<gpufuncs {kind} {self.__name__!r}{layout} [{', '.join(self.types)}] "
+                f"compiled for: {', '.join(self._compiled) or 'none yet'}>")
+
+    def __reduce__(self) -> Any:
+        # Like a function: by module and qualified name when that finds this kernel, so that a
+        # process that imports the module gets it back; else by name from its registry.
+        module = sys.modules.get(self.__module__)
+        if module is not None and getattr(module, self.__qualname__, None) is self:
+            return self.__qualname__
+        if self.registry is None:
+            raise TypeError(f"kernel {self.__name__!r} is not registered and cannot be pickled")
+        return operator.getitem, (self.registry, self.__name__)
+
+    # -- compilation ------------------------------------------------------------------------
+    def compiled(self, target: str) -> Any:
+        """The compiled object for ``target``, building it on first use (thread-safe)."""
+        found = self._compiled.get(target)
+        if found is not None:
+            return found
+        backend = get_target(target)
+        reason = backend.unavailable_reason()
+        if reason is not None:
+            raise CudaUnavailableError(f"{self.__name__}: target {target!r} is unavailable: {reason}")
+        with self._compile_lock:
+            found = self._compiled.get(target)
+            if found is None:
+                found = self._compiled[target] = backend.compile(self.spec)
+        return found
+
+    def resolve_loop(self, dtypes: list[Any], dtype: Any = None) -> tuple[np.dtype, np.dtype]:
+        """The loop dtype and result dtype for inputs of ``dtypes`` (NumPy dtypes, or Python
+        types for scalars), and an optional requested ``dtype=``, as a call would pick them."""
+        return resolve_loop(self.spec, [d if isinstance(d, type) else np.dtype(d) for d in dtypes], dtype)
+
+    # -- the call -----------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
+        key = call_key(args, kwargs)
+        if self._sizes is not None:
+            key = (key, args[self._sizes])
+        try:
+            resolved = self._resolved[key]
+        except KeyError:
+            resolved = self._resolve(args, kwargs, key)
+        except TypeError:  # a call signature that cannot be keyed: resolved afresh every time
+            resolved = self._resolve(args, kwargs, None)
+        return resolved(args, kwargs)
+
+    def resolve(self, *args: Any, **kwargs: Any) -> ResolvedCall | Callable[..., Any]:
+        """The resolved call that ``self(*args, **kwargs)`` would run (validated, not run)."""
+        return self._resolve(args, kwargs, None)
+
+    def _resolve(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Any) -> Any:
+        spec = self.spec
+        call = parse_call(spec, args, kwargs, TARGET_OPTIONS)
+        overridden = self._override(call)
+        if overridden is not None:
+            return overridden
+        infos, convert = [], []
+        for i, value in enumerate(call.inputs):
+            info, converted = describe_input(spec, value, i)
+            infos.append(info)
+            if converted is not value:
+                convert.append(i)
+        outs = [describe_out(spec, o) for o in call.outs] if call.outs is not None else None
+        where, mask = where_arg(spec, call.where)
+        if where is not None and outs is None:
+            warnings.warn(f"{spec.name}: 'where' used without 'out', expect uninitialized memory "
+                          "in the output. If this is intentional, use out=None.", UserWarning,
+                          stacklevel=3)
+        plan = build_plan(spec, call, infos, outs, where)
+        target = self._choose_target(call, plan)
+        executor = get_target(target).prepare(spec, self.compiled(target), plan)
+        resolved = ResolvedCall(self, call, plan, target, executor, tuple(convert),
+                                where is not None and mask is not call.where)
+        if key is not None:
+            if len(self._resolved) >= RESOLVED_CACHE_SIZE:
+                self._resolved.clear()
+            self._resolved[key] = resolved
+        return resolved
+
+    def _choose_target(self, call: Call, plan: Plan) -> str:
+        target = call.target
+        if target not in TARGET_NAMES:
+            raise ValueError(f"{self.__name__}: unknown target {target!r}; valid targets: "
+                             f"{', '.join(TARGET_NAMES)}")
+        arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
+        on_device = any(a.role == DEVICE for a in arrays)
+        if target == "auto":
+            target = "cuda" if on_device else auto_host_target(self.spec, plan)
+        elif on_device and target != "cuda":
+            raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
+                             f"not {target!r} (copy them to the host first)")
+        unsupported = [k for k in call.options if k not in get_target(target).options]
+        if unsupported:
+            raise ValueError(f"{self.__name__}: {', '.join(unsupported)}= applies to target 'cuda' "
+                             f"only, not {target!r}")
+        return target
+
+    def _override(self, call: Call) -> Callable[..., Any] | None:
+        """A call that defers to an argument's ``__array_ufunc__`` (Dask, xarray, ...), if any."""
+        candidates = _overrides([*call.inputs, *(call.outs or ())])
+        if not candidates:
+            return None
+        if call.target != "auto":
+            # NumPy's protocol has no target; the override calls this kernel per block and
+            # each block picks its own target.
+            raise TypeError(f"{self.__name__}: target={call.target!r} cannot be passed through "
+                            f"{type(candidates[0]).__name__}.__array_ufunc__; its blocks use 'auto'")
+        given = {k: getattr(call, k) for k in _given(call)}
+        if call.outs is not None:
+            given["out"] = call.outs
+        ufunc_like: Any = self if not call.sizes else SizedKernel(self, tuple(call.sizes.values()))
+
+        def deferred(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            for obj in candidates:
+                extra = _gufunc_keywords(obj, call.sizes)
+                result = type(obj).__array_ufunc__(obj, ufunc_like, "__call__", *call.inputs,
+                                                   **given, **extra)
+                if result is not NotImplemented:
+                    return result
+            raise TypeError(f"{self.__name__}: operand types "
+                            f"{[type(c).__name__ for c in candidates]} all returned NotImplemented "
+                            "from __array_ufunc__")
+
+        return deferred
+
+    # -- ufunc methods (binary elementwise kernels) --------------------------------------------
+    def outer(self, a: Any, b: Any, **kwargs: Any) -> Any:
+        """Apply to every pair ``(a[i], b[j])``, like :meth:`numpy.ufunc.outer`."""
+        return methods.outer(self, a, b, **kwargs)
+
+    def reduce(self, array: Any, axis: Any = 0, dtype: Any = None, out: Any = None,
+               keepdims: bool = False, initial: Any = methods.NO_VALUE, where: Any = True,
+               target: str = "auto") -> Any:
+        """Reduce along ``axis``, like :meth:`numpy.ufunc.reduce` (``cuda``: one axis)."""
+        return methods.reduce(self, array, axis, dtype, out, keepdims, initial, where, target)
+
+    def accumulate(self, array: Any, axis: int = 0, dtype: Any = None, out: Any = None,
+                   target: str = "auto") -> Any:
+        """Running reduction, like :meth:`numpy.ufunc.accumulate` (host targets)."""
+        return methods.accumulate(self, array, axis, dtype, out, target)
+
+    def at(self, array: np.ndarray, indices: Any, b: Any, target: str = "auto") -> None:
+        """Unbuffered in-place application, like :meth:`numpy.ufunc.at` (host targets)."""
+        methods.at(self, array, indices, b, target)
+
+
+class SizedKernel:
+    """A gufunc with its output-only core sizes bound, as handed to ``__array_ufunc__``:
+    Dask and xarray call it with the array arguments only."""
+
+    def __init__(self, kernel: Kernel, sizes: tuple[int, ...]) -> None:
+        self.kernel, self.sizes = kernel, sizes
+        self.__name__, self.signature = kernel.__name__, kernel.signature
+        self.nin, self.nout, self.nargs = kernel.nin, kernel.nout, kernel.nargs
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        return self.kernel(*inputs, *self.sizes, **kwargs)
+
+    def __repr__(self) -> str:
+        dims = self.kernel.spec.layout.output_only_dims
+        bound = ", ".join(f"{d}={n}" for d, n in zip(dims, self.sizes))
+        return f"<gpufuncs gufunc {self.__name__!r} with {bound}>"
+
+
+def _gufunc_keywords(obj: Any, sizes: dict[str, int]) -> dict[str, Any]:
+    """What an override needs to run a gufunc with output-only core dimensions: Dask's
+    ``apply_gufunc`` takes their sizes as ``output_sizes`` (others get the bound kernel only)."""
+    if sizes and type(obj).__module__.split(".")[0] == "dask":
+        return {"output_sizes": dict(sizes)}
+    return {}
+
+
+def _overrides(objs: list[Any]) -> list[Any]:
+    """Arguments whose type overrides ``__array_ufunc__``, in NumPy's order (NEP 13)."""
+    found: list[Any] = []
+    for obj in objs:
+        cls = type(obj)
+        if not overrides_array_ufunc(cls) or device_arrays_of(obj) is not None:
+            continue
+        if any(type(f) is cls for f in found):
+            continue
+        # Subclasses before superclasses, otherwise left to right.
+        at = next((i for i, f in enumerate(found) if issubclass(cls, type(f))), len(found))
+        found.insert(at, obj)
+    return found
+
+
+def _signature(spec: KernelSpec) -> inspect.Signature:
+    """What ``help()`` and ``inspect.signature`` show: the real parameters, NumPy's keywords."""
+    positional = inspect.Parameter.POSITIONAL_ONLY
+    dims = spec.layout.output_only_dims if spec.layout else ()
+    params = [inspect.Parameter(n, positional) for n in (*spec.input_names, *dims)]
+    params.append(inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None))
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params += [inspect.Parameter(k, keyword, default=v) for k, v in KEYWORDS.items() if k != "out"]
+    params.append(inspect.Parameter("stream", keyword, default=None))
+    return inspect.Signature(params)

@@ -1,0 +1,273 @@
+"""Validation: a call's arguments and keywords into a :class:`~gpufuncs.targets.Plan`.
+
+Everything here raises before anything is written, with the kernel's name in the message, and
+runs once per call signature: its result is cached by the caller, so clarity wins over speed.
+The rules are NumPy's (broadcasting, NEP 50 scalars, casting, ``out=`` shapes) applied to the
+kernel's float loops: float16 computes in float32 and is returned as float16, integers and bool
+compute in float64.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..spec import KernelSpec
+from ..targets import SCALAR, Arg, Plan
+from ..targets.base import is_contiguous
+from .args import describe
+
+CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+ORDERS = ("K", "A", "C", "F")
+#: Keywords of every call, with their defaults (``target`` options such as ``stream`` aside).
+KEYWORDS = {"out": None, "where": True, "dtype": None, "casting": "same_kind", "order": "K",
+            "target": "auto"}
+_UNSUPPORTED_KINDS = {"c": "complex", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
+                      "m": "timedelta", "V": "void/structured"}
+
+
+@dataclass
+class Call:
+    """One call's arguments, sorted out (not yet validated against the kernel's loops)."""
+
+    inputs: list[Any]
+    sizes: dict[str, int]
+    outs: tuple[Any, ...] | None
+    out_positional: bool
+    where: Any = True
+    dtype: Any = None
+    casting: str = "same_kind"
+    order: str = "K"
+    target: str = "auto"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_call(spec: KernelSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
+               options: tuple[str, ...]) -> Call:
+    """Split positional arguments into inputs, output-only core sizes and positional outputs,
+    and check the keywords (``options``: the keywords some target accepts, like ``stream``)."""
+    unknown = [k for k in kwargs if k not in KEYWORDS and k not in options]
+    if unknown:
+        raise TypeError(f"{spec.name}() got unsupported keyword argument(s): {', '.join(sorted(unknown))}")
+    dims = spec.layout.output_only_dims if spec.layout else ()
+    least, most = spec.nin + len(dims), spec.nin + len(dims) + spec.nout
+    if not least <= len(args) <= most:
+        names = ", ".join((*spec.input_names, *dims))
+        raise TypeError(f"{spec.name}() takes {least} positional arguments ({names}) and up to "
+                        f"{spec.nout} output array(s), got {len(args)}")
+    sizes = {name: _size(spec, name, value) for name, value in zip(dims, args[spec.nin:least])}
+    positional = args[least:]
+    if positional and kwargs.get("out") is not None:
+        raise TypeError(f"{spec.name}: cannot specify 'out' as both a positional and keyword argument")
+    outs = normalize_out(spec, positional if positional else kwargs.get("out"))
+    given = {k: v for k, v in kwargs.items() if k in KEYWORDS and k != "out"}
+    return Call(inputs=list(args[: spec.nin]), sizes=sizes, outs=outs, out_positional=bool(positional),
+                options={k: v for k, v in kwargs.items() if k in options}, **given)
+
+
+def _size(spec: KernelSpec, name: str, value: Any) -> int:
+    try:
+        if isinstance(value, bool | np.bool_):
+            raise TypeError
+        size = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{spec.name}: {name} must be a non-negative integer, got {value!r}") from None
+    if size < 0:
+        raise ValueError(f"{spec.name}: {name} must be a non-negative integer, got {size}")
+    return size
+
+
+def normalize_out(spec: KernelSpec, out: Any) -> tuple[Any, ...] | None:
+    """``out=`` as a tuple of ``nout`` arrays, or ``None``."""
+    if out is None:
+        return None
+    outs = out if isinstance(out, tuple) else (out,)
+    if len(outs) != spec.nout:
+        raise ValueError(f"{spec.name}: out must have {spec.nout} array(s), got {len(outs)}")
+    if all(o is None for o in outs):
+        return None
+    if any(o is None for o in outs):
+        raise ValueError(f"{spec.name}: give every output in out=, or none")
+    return outs
+
+
+def describe_out(spec: KernelSpec, out: Any) -> Arg:
+    """The :class:`Arg` of an ``out=`` array (``TypeError`` for anything else)."""
+    info = describe(out)
+    if info is None or not info.is_array:
+        raise TypeError(f"{spec.name}: out= must be an array, got {type(out).__name__}")
+    return info
+
+
+def describe_input(spec: KernelSpec, value: Any, index: int) -> tuple[Arg, Any]:
+    """The :class:`Arg` of input ``index`` and the value to compute with (lists become arrays)."""
+    info = describe(value)
+    if info is None:
+        value = np.asarray(value)
+        info = describe(value)
+    _check_kind(spec, info.dtype, f"input {spec.input_names[index]!r}")
+    return info, value
+
+
+def _check_kind(spec: KernelSpec, dtype: Any, role: str) -> None:
+    if isinstance(dtype, type):  # a weak Python scalar
+        return
+    if dtype.kind not in "biuf":
+        kind = _UNSUPPORTED_KINDS.get(dtype.kind, dtype.kind)
+        raise TypeError(f"{spec.name}: unsupported {kind} dtype {dtype} for {role}; "
+                        f"supported: {', '.join(_supported(spec))}")
+
+
+def _supported(spec: KernelSpec) -> list[str]:
+    loops = [str(lp.dtype) for lp in spec.loops]
+    return [*loops, "float16 (computed in float32)", "integer and bool (computed in float64)"]
+
+
+def loop_types(spec: KernelSpec) -> list[str]:
+    """NumPy's loop strings, e.g. ``['fff->f', 'ddd->d']``."""
+    return [lp.char * spec.nin + "->" + lp.char * spec.nout for lp in spec.loops]
+
+
+def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any) -> tuple[np.dtype, np.dtype]:
+    """(loop dtype, result dtype) by NumPy's promotion rules and the kernel's float loops.
+
+    ``dtypes`` holds NumPy dtypes, or Python types for weak scalars (NEP 50).
+    """
+    if requested is not None:
+        try:
+            natural = np.dtype(requested)
+        except TypeError:
+            raise TypeError(f"{spec.name}: dtype={requested!r} is not a dtype; "
+                            f"loops: {', '.join(loop_types(spec))}") from None
+        if natural.kind != "f":
+            raise TypeError(f"{spec.name}: dtype={natural} is not a floating dtype; "
+                            f"loops: {', '.join(loop_types(spec))}")
+    else:
+        natural = np.result_type(*(d if isinstance(d, np.dtype) else d(0) for d in dtypes))
+    # float16 computes in float32 and is returned as float16 (NumPy's own float16 loops do
+    # the same); integers and bool compute in float64.
+    wanted = np.dtype(np.float32) if natural == np.float16 else natural
+    if wanted.kind != "f" or wanted.itemsize > 8:
+        wanted = np.dtype(np.float64)
+    loop = next((lp.dtype for lp in spec.loops if lp.dtype.itemsize >= wanted.itemsize), None)
+    if loop is None:
+        raise TypeError(f"{spec.name}: no loop for dtype {natural}; loops: {', '.join(loop_types(spec))}")
+    return loop, (natural if natural == np.float16 else loop)
+
+
+def check_casting(spec: KernelSpec, dtypes: list[Any], loop: np.dtype, result: np.dtype,
+                  out_dtypes: list[np.dtype], casting: str) -> None:
+    """Raise ``TypeError`` if an input or output cast breaks ``casting``."""
+    if casting not in CASTINGS:
+        raise ValueError(f"{spec.name}: casting must be one of {CASTINGS}, got {casting!r}")
+    for i, dt in enumerate(dtypes):
+        if isinstance(dt, np.dtype) and not np.can_cast(dt, loop, casting):
+            raise TypeError(f"{spec.name}: cannot cast input {spec.input_names[i]!r} "
+                            f"from {dt} to the {loop} loop with casting={casting!r}")
+    for odt in out_dtypes:
+        if not np.can_cast(result, odt, casting):
+            raise TypeError(f"{spec.name}: cannot cast the {result} result to out= dtype "
+                            f"{odt} with casting={casting!r}")
+
+
+def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg] | None,
+               where: Arg | None) -> Plan:
+    """Validate dtypes, casting, order and shapes of a call; return its :class:`Plan`."""
+    dtypes = [a.dtype for a in inputs]
+    loop_dtype, result_dtype = resolve_loop(spec, dtypes, call.dtype)
+    check_casting(spec, dtypes, loop_dtype, result_dtype, [o.dtype for o in outs or ()], call.casting)
+    if call.order not in ORDERS:
+        raise ValueError(f"{spec.name}: order must be one of {ORDERS}, got {call.order!r}")
+    loop_shape, out_shapes, core = _shapes(spec, [a.shape for a in inputs], outs, call.sizes,
+                                           where.shape if where is not None else ())
+    layout = spec.layout
+    cores = tuple(len(d) for d in (*layout.inputs, *layout.outputs)) if layout else \
+        (0,) * (spec.nin + spec.nout)
+    return Plan(loop=spec.loop_for(loop_dtype), result_dtype=result_dtype, loop_shape=loop_shape,
+                out_shapes=out_shapes, core_sizes=core, order=_alloc_order(call.order, inputs),
+                inputs=tuple(inputs), outs=tuple(outs) if outs else None, where=where, cores=cores)
+
+
+def _shapes(spec: KernelSpec, shapes: list[tuple[int, ...]], outs: list[Arg] | None,
+            sizes: dict[str, int], where: tuple[int, ...]
+            ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...], dict[str, int]]:
+    layout = spec.layout
+    in_cores = layout.inputs if layout else ((),) * spec.nin
+    out_cores = layout.outputs if layout else ((),)
+    core = dict(sizes)
+    loops = [_bind_core(spec, shape, dims, core, f"input {name!r}")
+             for shape, dims, name in zip(shapes, in_cores, spec.input_names)]
+    try:
+        loop_shape = np.broadcast_shapes(*loops, where)  # like NumPy, where= broadcasts too
+    except ValueError:
+        shown = " ".join(str(tuple(s)) for s in (*shapes, *([where] if where else [])))
+        raise ValueError(f"{spec.name}: operands could not be broadcast together with "
+                         f"shapes {shown}") from None
+    for o, dims in zip(outs or (), out_cores):
+        # Like NumPy, inputs may broadcast up to out's loop shape, never the reverse.
+        out_loop = _bind_core(spec, o.shape, dims, core, "out=")
+        if _broadcasts_to(loop_shape, out_loop):
+            loop_shape = out_loop
+    out_shapes = tuple(loop_shape + tuple(core[d] for d in dims) for dims in out_cores)
+    for o, want in zip(outs or (), out_shapes):
+        if o.shape != want:
+            raise ValueError(f"{spec.name}: out= has shape {o.shape}, the result has shape {want}")
+    return loop_shape, out_shapes, core
+
+
+def _bind_core(spec: KernelSpec, shape: tuple[int, ...], dims: tuple[str, ...], core: dict[str, int],
+               role: str) -> tuple[int, ...]:
+    if len(shape) < len(dims):
+        raise ValueError(f"{spec.name}: {role} has {len(shape)} dimension(s), the layout "
+                         f"{spec.layout.text!r} needs at least {len(dims)}")
+    split = len(shape) - len(dims)
+    for d, size in zip(dims, shape[split:]):
+        if core.setdefault(d, size) != size:
+            raise ValueError(f"{spec.name}: core dimension {d!r} of {role} has size {size}, "
+                             f"expected {core[d]}")
+    return tuple(shape[:split])
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
+def _alloc_order(order: str, inputs: list[Arg]) -> str:
+    if order in "CF":
+        return order
+    arrays = [a for a in inputs if a.is_array and len(a.shape) > 1]
+    f_only = arrays and all(_is_f_only(a) for a in arrays)
+    return "F" if f_only else "C"
+
+
+def _is_f_only(a: Arg) -> bool:
+    """F-contiguous and not C-contiguous (both hold for arrays with one non-unit dimension)."""
+    item = a.dtype.itemsize
+    return is_contiguous(a.shape, a.strides, item, "F") and not is_contiguous(a.shape, a.strides, item)
+
+
+def where_arg(spec: KernelSpec, where: Any) -> tuple[Arg | None, Any]:
+    """The :class:`Arg` of a ``where=`` mask and the mask to use (``None``: write everywhere).
+
+    Like NumPy: a boolean array is used as it is, other arrays must cast safely to bool, and
+    anything else (a list, a Python bool) is converted with ``np.asarray(where, dtype=bool)``.
+    """
+    if where is True:
+        return None, True
+    info = describe(where)
+    if info is None or info.role == SCALAR:
+        where = np.asarray(where, dtype=bool)
+        info = describe(where)
+    if info.dtype != np.bool_:
+        if not np.can_cast(info.dtype, np.bool_, "safe"):
+            raise TypeError(f"{spec.name}: cannot cast where= from dtype {info.dtype} to bool "
+                            "according to the rule 'safe'")
+        where = np.asarray(where, dtype=bool)
+        info = describe(where)
+    return info, where

@@ -1,0 +1,139 @@
+"""Flat loops: a kernel's scalar function applied over contiguous arrays, in a plain ``@njit`` loop.
+
+NumPy's ufunc machinery (what Numba's ``@vectorize`` objects run on) hands its inner loop
+arbitrary strides, passes broadcast scalars as stride-0 arrays and calls it once per buffer, so
+LLVM cannot vectorize the loop well. For the common case, contiguous arrays of the loop's shape
+and scalars, these loops instead receive 1-D arrays and scalars by value: the scalar function is
+inlined and the loop vectorizes. Anything else goes through the Numba ufunc (see ``__init__``).
+
+One loop body serves every arity: the arguments arrive as a tuple, and :func:`elements`, an
+overload resolved at compile time, turns it into the tuple of values at index ``i`` (recursing
+over the argument types, so there is no per-arity code and no generated source).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import numba
+from numba import prange, types
+from numba.core.caching import FunctionCache
+from numba.extending import overload
+
+#: Elements per chunk of the parallel loops: large enough that a chunk's start costs nothing,
+#: small enough that every thread gets several (the last ones balance the load).
+CHUNK = 1 << 15
+
+
+def elements(args: tuple[Any, ...], i: int, cast: Any) -> tuple[Any, ...]:
+    """The kernel's arguments at loop index ``i``: ``cast(a[i])`` of a 1-D array, the row
+    ``a[i]`` of an array with core dimensions (its loop dtype already), ``cast(a)`` of a scalar."""
+    return tuple(cast(a[i]) if getattr(a, "ndim", 0) == 1 else a[i] if getattr(a, "ndim", 0)
+                 else cast(a) for a in args)
+
+
+@overload(elements, inline="always")
+def _elements_typing(args, i, cast):
+    if len(args) == 0:
+        return lambda args, i, cast: ()
+    head = args[0]
+    if isinstance(head, types.Array) and head.ndim == 1:
+        return lambda args, i, cast: (cast(args[0][i]),) + elements(args[1:], i, cast)
+    if isinstance(head, types.Array):
+        return lambda args, i, cast: (args[0][i],) + elements(args[1:], i, cast)
+    return lambda args, i, cast: (cast(args[0]),) + elements(args[1:], i, cast)
+
+
+def rows(outs: tuple[Any, ...], i: int) -> tuple[Any, ...]:
+    """Row ``i`` of every gufunc output (a view the scalar function writes into)."""
+    return tuple(o[i] for o in outs)
+
+
+@overload(rows, inline="always")
+def _rows_typing(outs, i):
+    if len(outs) == 0:
+        return lambda outs, i: ()
+    return lambda outs, i: (outs[0][i],) + rows(outs[1:], i)
+
+
+def options() -> dict[str, Any]:
+    """Compile options shared by every CPU loop and scalar function.
+
+    No fastmath (NaN and inf follow IEEE rules) and NumPy's error model (``1/0`` is inf, not an
+    exception); ``nogil`` so that threads calling kernels run at once.
+    """
+    return {"nogil": True, "error_model": "numpy"}
+
+
+class _KeyedCache(FunctionCache):
+    """Numba's disk cache for a loop, keyed on the kernel it runs.
+
+    The loops are closures over the kernel's scalar function, and Numba keys a closure's cache
+    entries on its pickled cell contents, which for a compiled function hold a random id: no
+    entry would ever be found again. The key here is what the compiled code depends on instead:
+    the loop's own bytecode and ``key`` (the kernel's source digest, its math and loop dtype).
+    """
+
+    def __init__(self, py_func: Callable[..., Any], key: str) -> None:
+        super().__init__(py_func)
+        self._key = key
+
+    def _index_key(self, sig: Any, codegen: Any) -> tuple[Any, ...]:
+        code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+        return sig, codegen.magic_tuple(), (code, self._key)
+
+
+def _jit(func: Callable[..., Any], key: str | None, **extra: Any) -> Any:
+    dispatcher = numba.njit(**options(), **extra)(func)
+    if key is not None:
+        dispatcher._cache = _KeyedCache(func, key)
+    return dispatcher
+
+
+def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple[Any, Any, Any]:
+    """``(loop, masked, parallel)`` dispatchers of an elementwise kernel computing in ``cast``.
+
+    ``loop(out, *args)`` writes ``out[i] = f(*args at i)`` (storing casts to ``out``'s dtype),
+    ``masked(out, where, *args)`` only where ``where[i]``, ``parallel(out, *args)`` in chunks
+    spread over Numba's threads. ``key`` keys their disk cache (``None``: no disk cache).
+    """
+
+    def loop(out, *args):
+        for i in range(out.size):
+            out[i] = scalar(*elements(args, i, cast))
+
+    def masked(out, where, *args):
+        for i in range(out.size):
+            if where[i]:
+                out[i] = scalar(*elements(args, i, cast))
+
+    def parallel(out, *args):
+        n = out.size
+        for c in prange((n + CHUNK - 1) // CHUNK):
+            for i in range(c * CHUNK, min(c * CHUNK + CHUNK, n)):
+                out[i] = scalar(*elements(args, i, cast))
+
+    return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
+
+
+def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple[Any, Any]:
+    """``(loop, parallel)`` dispatchers of a generalized kernel computing in ``cast``.
+
+    ``loop(outs, *args)`` calls ``f(*args at i, *rows of outs at i)`` for every row ``i`` of the
+    outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it).
+    """
+
+    def loop(outs, *args):
+        for i in range(outs[0].shape[0]):
+            scalar(*(elements(args, i, cast) + rows(outs, i)))
+
+    def parallel(outs, *args):
+        n = outs[0].shape[0]
+        chunk = max(1, CHUNK // max(1, outs[0].size // max(1, n)))
+        for c in prange((n + chunk - 1) // chunk):
+            for i in range(c * chunk, min(c * chunk + chunk, n)):
+                scalar(*(elements(args, i, cast) + rows(outs, i)))
+
+    return _jit(loop, key), _jit(parallel, key, parallel=True)

@@ -1,0 +1,145 @@
+"""Everything of the cuda target that leans on private APIs or stands in for the GPU, in one place.
+
+* **The CUDA simulator** (``NUMBA_ENABLE_CUDASIM=1``): it runs kernels as Python, so pointers and
+  core operands are passed as :class:`SimPointer` / :class:`SimCore` objects over host memory
+  (:func:`sim_value` builds them), and its device arrays are NumPy arrays underneath.
+* **Private APIs**, each used where no public one exists (checked with numba-cuda 0.30, CuPy 14,
+  PyTorch 2.11): the loaded ``CUkernel`` of a compiled Numba kernel, Numba's CUDA disk cache
+  class, building a ``DeviceNDArray`` around our own memory without its constructor's cost, and
+  torch's raw current-stream getter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+# -- the simulator ----------------------------------------------------------------------------------
+def _host_view(address: int, nbytes: int, dtype: np.dtype) -> np.ndarray:
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(address), dtype)
+
+
+class SimPointer:
+    """A typed raw address, indexed like the ``CPointer`` a real kernel receives."""
+
+    def __init__(self, address: int, dtype: np.dtype) -> None:
+        self.address, self.dtype = address, np.dtype(dtype)
+
+    def __getitem__(self, off: int) -> Any:
+        return _host_view(self.address + off * self.dtype.itemsize, self.dtype.itemsize, self.dtype)[0]
+
+    def __setitem__(self, off: int, value: Any) -> None:
+        _host_view(self.address + off * self.dtype.itemsize, self.dtype.itemsize, self.dtype)[0] = value
+
+
+class SimCore:
+    """A core operand: ``a[off]`` is the (strided) core view of loop element ``off``."""
+
+    def __init__(self, address: int, dtype: np.dtype, shape: tuple[int, ...],
+                 strides: tuple[int, ...]) -> None:
+        self.address, self.dtype = address, np.dtype(dtype)
+        self.shape, self.strides = shape, strides  # core shape, core strides in bytes
+        self.span = sum((n - 1) * s for n, s in zip(shape, strides)) + self.dtype.itemsize
+
+    def __getitem__(self, off: int) -> np.ndarray:
+        flat = _host_view(self.address + off * self.dtype.itemsize, self.span, self.dtype)
+        return np.lib.stride_tricks.as_strided(flat, self.shape, self.strides)
+
+
+def sim_array(host: np.ndarray) -> Any:
+    """A simulator device array over ``host`` (what Numba's device arrays are there)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray(host)
+
+
+def sim_pointer(obj: Any) -> int:
+    """The host address of a simulator device array."""
+    return obj._ary.ctypes.data
+
+
+def is_sim_array(cls: type) -> bool:
+    return cls.__name__ == "FakeCUDAArray"
+
+
+# -- numba-cuda internals -----------------------------------------------------------------------------
+def loaded_kernel(compiled: Any) -> Any:
+    """The ``CUkernel`` handle of a compiled ``cuda.jit`` overload, its module loaded.
+
+    numba-cuda keeps the loaded module in its code library; the handle is what
+    ``cuLaunchKernel`` takes (as a ``CUfunction``, which CUDA 12 accepts for a ``CUkernel``).
+    """
+    compiled.bind()
+    return compiled._codelibrary.get_cufunc().handle
+
+
+def keyed_cache(dispatcher: Any, pyfunc: Callable[..., Any], key: str) -> None:
+    """Give a ``cuda.jit`` dispatcher a disk cache keyed on ``key`` as well: Numba keys a cached
+    kernel on the kernel's own code only, and the scalar function it calls lives elsewhere."""
+    from numba.cuda.dispatcher import CUDACache
+
+    class SourceKeyedCache(CUDACache):
+        def _index_key(self, sig: Any, codegen: Any) -> tuple[Any, ...]:
+            return (*super()._index_key(sig, codegen), key)
+
+    dispatcher._cache = SourceKeyedCache(pyfunc)
+
+
+@functools.cache
+def _numba_parts() -> tuple[Any, Any, Any]:
+    from numba import cuda
+    from numba.cuda.cudadrv import driver
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray, driver, cuda.current_context()
+
+
+_TEMPLATES: dict[tuple[Any, ...], Any] = {}
+
+
+def numba_device_array(address: int, nbytes: int, owner: Any, shape: tuple[int, ...],
+                       strides: tuple[int, ...], dtype: np.dtype) -> Any:
+    """A Numba ``DeviceNDArray`` over memory we own (``owner`` is kept alive with it).
+
+    Numba's constructor re-derives the layout on every call (about 10 us); arrays of a shape
+    already seen are cloned from a template and given their own memory pointer instead.
+    """
+    device_array, driver, context = _numba_parts()
+    key = (shape, strides, dtype)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        if len(_TEMPLATES) > 256:
+            _TEMPLATES.clear()
+        null = driver.MemoryPointer(context, driver.binding.CUdeviceptr(0), 0)
+        template = _TEMPLATES[key] = device_array(shape, strides, dtype, gpu_data=null)
+    array = object.__new__(device_array)
+    array.__dict__.update(template.__dict__)
+    array.gpu_data = driver.MemoryPointer(context, driver.binding.CUdeviceptr(address), nbytes, owner=owner)
+    return array
+
+
+# -- other libraries ---------------------------------------------------------------------------------
+@functools.cache
+def torch_stream_getter() -> Callable[[int], int]:
+    """``device index -> raw handle`` of torch's current stream (the private getter is 20x
+    faster than ``torch.cuda.current_stream(device).cuda_stream``)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+def source_digest(*parts: str) -> str:
+    """A short digest of cache key parts."""
+    return hashlib.sha256(":".join(parts).encode()).hexdigest()[:32]

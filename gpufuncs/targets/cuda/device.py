@@ -1,0 +1,268 @@
+"""Calls with device arrays: an executor per call signature, and what it does per call.
+
+:func:`prepare` decides, once per call signature, how to read each operand (a pointer getter of
+its array kind, a scalar cast, a host copy), how to allocate each new output, which stream the
+call runs on, the launch plan (kernel, indexing, grid, packed parameters) and any dtype staging of
+core operands. Per call the executor then takes the stream, the pointers and scalar values,
+copies an input that overlaps ``out=``, allocates outputs and launches.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...spec import IDENTITY, KernelSpec
+from ..base import DEVICE, HOST, Arg, Executor, Plan
+from . import arrays
+from .compile import CudaKernels
+from .launch import LaunchPlan, Layout
+from .runtime import get_runtime
+
+#: ``read(obj, handle, keep) -> launch value``: a pointer or a scalar; temporaries go in ``keep``.
+Reader = Callable[[Any, int, list], Any]
+
+
+def _device_reader(kind: str) -> Reader:
+    if kind == arrays.DLPACK:
+        def read_dlpack(obj: Any, handle: int, keep: list) -> int:
+            address, view = arrays.dlpack_pointer(obj, handle)
+            keep.append(view)
+            return address
+        return read_dlpack
+    pointer = arrays.pointer_getter(kind)
+    return lambda obj, handle, keep: pointer(obj)
+
+
+def _host_reader(dtype: np.dtype | None) -> Reader:
+    """A host array mixed with device arrays: copied to the device on every call."""
+    def read(obj: Any, handle: int, keep: list) -> int:
+        array = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=dtype)
+        address, buffer = arrays.to_device(array, get_runtime().stream(handle))
+        keep.append(buffer)
+        return address
+    return read
+
+
+def _scalar_reader(dtype: np.dtype) -> Reader:
+    cast = dtype.type
+
+    def read(value: Any, handle: int, keep: list) -> Any:
+        return cast(value.reshape(())[()] if isinstance(value, np.ndarray) else value)
+
+    return read
+
+
+class _Operand:
+    """How one argument is read, and its layout in the launch."""
+
+    def __init__(self, read: Reader, layout: Layout, kind: str | None = None) -> None:
+        self.read, self.layout, self.kind = read, layout, kind
+
+
+def _input(arg: Arg, core: int, loop: np.dtype) -> _Operand:
+    if arg.role == DEVICE:
+        kind = arrays.kind_of(arg.cls)
+        return _Operand(_device_reader(kind), Layout(arg.dtype, arg.shape, arg.strides, core), kind)
+    size = int(np.prod(arg.shape)) if arg.role == HOST else 1
+    if not core and size == 1:
+        return _Operand(_scalar_reader(loop), Layout.scalar(loop))
+    if arg.role != HOST:  # a scalar given for a core operand: a one-element array
+        return _Operand(_host_reader(loop), Layout.contiguous(arg.shape, loop, core=core))
+    dtype = loop if core else None  # core operands are used in place: the loop's dtype
+    return _Operand(_host_reader(dtype), Layout.contiguous(arg.shape, dtype or arg.dtype, core=core))
+
+
+def _output_axes(spec: KernelSpec, plan: Plan, shape: tuple[int, ...]) -> tuple[int, ...]:
+    loop_nd = len(plan.loop_shape)
+    if spec.layout is not None:
+        # Order-major: core dimensions outermost, so the threads of a warp (consecutive loop
+        # elements) write consecutive addresses for every core index.
+        return (*range(loop_nd, len(shape)), *range(loop_nd))
+    if plan.order == "F":
+        return tuple(reversed(range(len(shape))))
+    return tuple(range(len(shape)))
+
+
+@functools.cache
+def _identity_kernels() -> CudaKernels:
+    return CudaKernels(IDENTITY)
+
+
+def cast_plan(src: Layout, dst: Layout) -> LaunchPlan:
+    """A launch copying ``src`` into ``dst`` (same shape), converting the dtype on the way."""
+    loop = np.dtype(np.float64) if np.float64 in (src.dtype, dst.dtype) else np.dtype(np.float32)
+    plain = [Layout(op.dtype, op.shape, op.strides) for op in (src, dst)]
+    return LaunchPlan(_identity_kernels(), loop, plain[:1], plain[1:], None, src.shape)
+
+
+class _Staging:
+    """A core operand of another dtype than the loop's, computed through a loop-dtype buffer."""
+
+    def __init__(self, index: int, given: Layout, loop: np.dtype, is_input: bool, keep_values: bool) -> None:
+        self.index = index
+        self.buffer = Layout.contiguous(given.shape, loop, core=given.core)
+        self.allocate = arrays.allocator(None, given.shape, loop, range(len(given.shape)))
+        self.before = cast_plan(given, self.buffer) if is_input or keep_values else None
+        self.after = None if is_input else cast_plan(self.buffer, given)
+
+
+def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
+    """The executor of a call signature with at least one device array."""
+    loop = plan.loop.dtype
+    nin = spec.nin
+    operands = [_input(a, c, loop) for a, c in zip(plan.inputs, plan.cores)]
+    like = next((op.kind for op in operands if op.kind is not None), None)
+    out_cores = plan.cores[nin:]
+
+    allocators, host_outs = [], []
+    if plan.outs is None:
+        for shape, core in zip(plan.out_shapes, out_cores):
+            axes = _output_axes(spec, plan, shape)
+            allocators.append(arrays.allocator(like, shape, plan.result_dtype, axes))
+            operands.append(_Operand(_taken, Layout.contiguous(shape, plan.result_dtype, axes, core)))
+    else:
+        for k, (o, core) in enumerate(zip(plan.outs, out_cores)):
+            if o.role == DEVICE:
+                kind = arrays.kind_of(o.cls)
+                layout = Layout(o.dtype, o.shape, o.strides, core)
+                operands.append(_Operand(_device_reader(kind), layout, kind))
+                like = like or kind
+            else:  # a host out= with device inputs: computed on the device, copied back
+                host_outs.append(k)
+                operands.append(_Operand(_taken, Layout.contiguous(o.shape, o.dtype, core=core)))
+    host_allocators = {k: arrays.allocator(None, plan.outs[k].shape, plan.outs[k].dtype,
+                                           range(len(plan.outs[k].shape))) for k in host_outs}
+
+    mask = plan.where if plan.outs is not None else None  # masked-out new outputs are undefined
+    where_mode = None
+    if mask is not None:
+        if mask.role == DEVICE:
+            where_mode = "device"
+            operands.append(_Operand(_device_reader(arrays.kind_of(mask.cls)),
+                                     Layout(mask.dtype, mask.shape, mask.strides), arrays.kind_of(mask.cls)))
+        elif int(np.prod(mask.shape)) == 1:
+            where_mode = "scalar"  # True: no mask at all; False: nothing to write
+            mask = None
+        else:
+            where_mode = "host"
+            operands.append(_Operand(_host_reader(None), Layout.contiguous(mask.shape, mask.dtype)))
+
+    staging = [_Staging(i, op.layout, loop, i < nin, mask is not None)
+               for i, op in enumerate(operands[: nin + spec.nout])
+               if op.layout.core and op.layout.array and op.layout.dtype != loop]
+    layouts = [op.layout for op in operands]
+    for stage in staging:
+        layouts[stage.index] = stage.buffer
+    nout = spec.nout
+    main = LaunchPlan(kernels, loop, layouts[:nin], layouts[nin:nin + nout],
+                      layouts[nin + nout] if mask is not None else None, plan.loop_shape)
+
+    reads = [op.read for op in operands]
+    kinds = [op.kind for op in operands]
+    first = next((i for i, k in enumerate(kinds) if k is not None), None)
+    producers = [(i, arrays.producer_stream(k)) for i, k in enumerate(kinds) if k is not None]
+    # Without stream=, the call runs on the first array's stream; CuPy and torch arrays all
+    # report their library's current stream, so only other kinds can need a wait.
+    same = (arrays.CUPY, arrays.TORCH)
+    others = [(i, p) for i, p in producers[1:] if not (kinds[i] == kinds[first] and kinds[i] in same)]
+    spans = [arrays.span(lay.shape, lay.strides, lay.dtype.itemsize) if lay.array else None
+             for lay in layouts]
+    runtime = get_runtime()
+
+    def launch_stream(objs: list[Any], stream: Any) -> int:
+        if stream is not None:
+            handle, check = arrays.stream_handle(stream), producers
+        else:
+            handle, check = (producers[0][1](objs[first]) or 0), others
+        waited = set()
+        for i, producer in check:
+            other = producer(objs[i])
+            if other is not None and other not in waited and not arrays.same_stream(other, handle):
+                runtime.stream(handle).wait(runtime.stream(other))  # their pending work first
+                waited.add(other)
+        return handle
+
+    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        runtime.bind_thread()
+        if where_mode == "scalar" and not np.asarray(where).reshape(())[()]:
+            return tuple(outs)
+        objs = [*inputs, *(outs or ()), *((where,) if mask is not None else ())]
+        handle = launch_stream(objs, stream) if producers or stream is not None else 0
+        keep: list[Any] = []
+        values = [read(obj, handle, keep) for read, obj in zip(reads[:nin], objs)]
+        results: list[Any] = []
+        if outs is None:
+            for allocate in allocators:
+                result, address = allocate(inputs[first] if first is not None else None, handle)
+                results.append(result)
+                values.append(address)
+        else:
+            results = list(outs)
+            for k, obj in enumerate(outs):
+                if k in host_allocators:
+                    temp, address = host_allocators[k](None, handle)
+                    keep.append(temp)
+                    values.append(address)
+                else:
+                    values.append(reads[nin + k](obj, handle, keep))
+            if mask is not None:
+                values.append(reads[-1](where, handle, keep))
+            _read_before_write(values, spans, layouts, nin, nout, runtime.stream(handle), keep)
+        _launch(main, staging, values, handle, keep)
+        for k in host_allocators:
+            _copy_back(keep, values[nin + k], outs[k], handle)
+        return tuple(results)
+
+    return execute
+
+
+def _taken(obj: Any, handle: int, keep: list) -> Any:
+    raise AssertionError("outputs are allocated, not read")  # pragma: no cover
+
+
+def _read_before_write(values: list[Any], spans: list[Any], layouts: list[Layout], nin: int, nout: int,
+                       stream: Any, keep: list) -> None:
+    """Inputs (and the mask) that share memory with an output read from a copy of their bytes,
+    unless they are that output element for element (``out=x`` on ``x``): threads run in no
+    fixed order, and NumPy's result is that of a call that reads before it writes."""
+    outs = range(nin, nin + nout)
+    for i in (*range(nin), *range(nin + nout, len(values))):
+        if spans[i] is None:
+            continue
+        lo, hi = values[i] + spans[i][0], values[i] + spans[i][1]
+        for k in outs:
+            out_lo, out_hi = values[k] + spans[k][0], values[k] + spans[k][1]
+            if lo < hi and max(lo, out_lo) < min(hi, out_hi) and not (
+                    values[i] == values[k] and layouts[i] == layouts[k]):
+                values[i], buffer = arrays.copy_span(values[i], spans[i][0], spans[i][1], stream)
+                keep.append(buffer)
+                break
+
+
+def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle: int, keep: list) -> None:
+    """The main launch, with staged core operands cast into and out of loop-dtype buffers."""
+    after = []
+    for stage in staging:
+        buffer, address = stage.allocate(None, handle)
+        keep.append(buffer)
+        if stage.before is not None:
+            stage.before.launch([values[stage.index], address], handle)
+        if stage.after is not None:
+            after.append((stage.after, address, values[stage.index]))
+        values[stage.index] = address
+    main.launch(values, handle)
+    for plan, address, target in after:
+        plan.launch([address, target], handle)
+
+
+def _copy_back(keep: list, address: int, host: np.ndarray, handle: int) -> None:
+    runtime = get_runtime()
+    values = np.empty(host.shape, host.dtype)
+    stream = runtime.stream(handle)
+    runtime.copy(values.ctypes.data, address, values.nbytes, stream)
+    stream.sync()
+    np.copyto(host, values, casting="unsafe")

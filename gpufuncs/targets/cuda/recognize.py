@@ -1,0 +1,120 @@
+"""Which arguments are CUDA device arrays, and their dtype, shape and strides.
+
+This module imports neither ``numba.cuda`` nor any GPU library: dispatch asks it about every new
+argument type, and importing gpufuncs must not start CUDA. It reads what the array libraries
+expose: Numba device arrays (``__cuda_ndarray__``), CuPy, PyTorch CUDA tensors, any object with
+``__cuda_array_interface__``, and DLPack objects on a CUDA device.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..base import DEVICE, Arg, DeviceArrays
+
+#: DLPack device types of CUDA memory: kDLCUDA, kDLCUDAManaged.
+_DLPACK_CUDA = (2, 13)
+_NOT_ARRAYS = (np.ndarray, np.generic, bool, int, float, complex, str, bytes)
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _library(cls: type) -> str:
+    return cls.__module__.split(".")[0]
+
+
+def _declares_interface(cls: type) -> bool:
+    # Looked up on the class: torch computes the interface dict on every access.
+    return hasattr(cls, "__cuda_array_interface__") or bool(getattr(cls, "__cuda_ndarray__", False))
+
+
+@functools.cache
+def torch_dtypes() -> dict[Any, np.dtype]:
+    """NumPy dtypes of the torch dtypes that gpufuncs accepts."""
+    import torch
+
+    names = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+    return {getattr(torch, n): np.dtype(n) for n in names}
+
+
+def torch_dtype(tensor: Any) -> np.dtype:
+    """The NumPy dtype of a torch tensor (``TypeError`` for dtypes NumPy lacks, like bfloat16)."""
+    found = torch_dtypes().get(tensor.dtype)
+    if found is None:
+        raise TypeError(f"unsupported torch dtype {tensor.dtype}")
+    return found
+
+
+def dlpack_view(obj: Any) -> Any:
+    """Metadata of a DLPack-only object (no stream ordering: nothing is read yet)."""
+    from cuda.core.utils import StridedMemoryView
+
+    return StridedMemoryView.from_dlpack(obj, stream_ptr=-1)
+
+
+class CudaArrays(DeviceArrays):
+    """Recognises CUDA device arrays of every kind, without touching the GPU."""
+
+    target = "cuda"
+
+    def classify(self, cls: type) -> bool | None:
+        if issubclass(cls, _NOT_ARRAYS):
+            return False
+        if _declares_interface(cls) and not hasattr(cls, "is_cuda"):
+            return True
+        return None  # torch (CPU or CUDA), DLPack objects, interfaces set per instance
+
+    def owns(self, obj: Any) -> bool:
+        cls = type(obj)
+        if _declares_interface(cls):
+            return bool(getattr(obj, "is_cuda", True))
+        if "__cuda_array_interface__" in getattr(obj, "__dict__", ()):
+            return True
+        device = getattr(obj, "__dlpack_device__", None)
+        return device is not None and device()[0] in _DLPACK_CUDA
+
+    def describe(self, obj: Any) -> Arg:
+        cls = type(obj)
+        library = _library(cls)
+        if library == "torch":
+            dtype = torch_dtype(obj)
+            return Arg(DEVICE, cls, dtype, tuple(obj.shape), tuple(s * dtype.itemsize for s in obj.stride()))
+        if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
+            return Arg(DEVICE, cls, obj.dtype, tuple(obj.shape), tuple(obj.strides))
+        if hasattr(obj, "__cuda_array_interface__"):
+            cai = obj.__cuda_array_interface__
+            dtype, shape = np.dtype(cai["typestr"]), tuple(cai["shape"])
+            strides = cai.get("strides") or c_strides(shape, dtype.itemsize)
+            return Arg(DEVICE, cls, dtype, shape, tuple(strides))
+        view = dlpack_view(obj)
+        dtype, shape = np.dtype(view.dtype), tuple(view.shape)
+        strides = view.strides
+        strides = (tuple(s * dtype.itemsize for s in strides) if strides is not None
+                   else c_strides(shape, dtype.itemsize))
+        return Arg(DEVICE, cls, dtype, shape, strides)
+
+    def key(self, obj: Any) -> Any:
+        cls = type(obj)
+        library = _library(cls)
+        if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
+            return cls, obj.dtype, obj.shape, obj.strides
+        if library == "torch":
+            return cls, obj.dtype, obj.shape, obj.stride(), obj.device
+        return None  # interface dicts and DLPack capsules: described afresh on every call
+
+    def writable(self, obj: Any) -> bool:
+        """False for a ``__cuda_array_interface__`` that declares its data read-only."""
+        if _library(type(obj)) in ("cupy", "torch"):
+            return True
+        interface = getattr(obj, "__cuda_array_interface__", None)
+        return not (interface and interface.get("data", (0, False))[1])
