@@ -10,10 +10,12 @@ to 10^7), in three cases:
 - ``device+out``: CuPy arrays in, ``out=`` given;
 - ``host``: NumPy arrays with ``target="cuda"`` (n up to 10^7, and 10^8 for gaussian float32).
 
-Each row gives the time per call (median after warm-up; calls issued back to back for at least
-5 ms, then one stream synchronize, so the Python cost of a call overlaps the GPU work of the
-previous ones, as in a pipeline), GB/s of bytes read plus written, and ratios (ours / theirs,
-lower is better) against these, measured in the same run:
+Each row gives two times per call, medians after warm-up: ``sync_us``, one call followed by a
+stream synchronize (what a single call costs), and ``pipe_us``, calls issued back to back for at
+least 5 ms (200 calls for small ones) and one synchronize (the Python cost of a call overlaps the
+GPU work of the previous ones, as in a pipeline); GB/s of bytes read plus written (pipelined),
+and ratios (ours / theirs, lower is better, each the same mode) against these, measured in the
+same run:
 
 - ``copy``: a device-to-device ``cudaMemcpyAsync`` moving the same bytes (the memory limit);
 - ``cupy``: an ``ElementwiseKernel`` with the same formula, called the same way;
@@ -21,8 +23,9 @@ lower is better) against these, measured in the same run:
   on the same data with ``out=`` (Numba device arrays; row layout for hermite, as usually written);
 - ``pinned`` (host rows): a pinned host->device plus device->host copy of the same bytes.
 
-A second table measures the small-call latency: gaussian float32 at n = 1000, each call followed
-by its own synchronize, for CuPy and Numba device arrays, against CuPy's ``ElementwiseKernel``.
+A second table measures small calls: gaussian float32 at n = 1000 for CuPy, Numba and torch
+arrays (a new output, and ``out=``), against CuPy's ``ElementwiseKernel`` on CuPy arrays, call +
+synchronize and pipelined. ``--targets-only`` runs just the cases that issue targets name.
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ HERMITE_SIZES = tuple(10**e for e in range(3, 8))
 ORDERS = 32
 X0, SIGMA = 0.5, 1.5
 SQRT_2PI = math.sqrt(2 * math.pi)
-COLUMNS = ("kernel", "dtype", "n", "case", "time_us", "GB/s", "x_copy", "x_cupy", "x_numba", "x_pinned")
+COLUMNS = ("kernel", "dtype", "n", "case", "sync_us", "pipe_us", "GB/s", "x_copy_sync", "x_copy",
+           "x_cupy_sync", "x_cupy", "x_numba", "x_pinned")
+#: Calls per repetition of the pipelined small-call figures (one synchronize per batch).
+PIPELINE = 200
 
 # CuPy ElementwiseKernels with the kernels' formulas (NaN rules included).
 CUPY = {
@@ -78,10 +84,6 @@ def scalars(name: str, dtype: Any) -> tuple[Any, ...]:
             "hermite_norm": ()}[name]
 
 
-def out_shape(name: str, n: int) -> tuple[int, ...]:
-    return (n, ORDERS) if name == "hermite_norm" else (n,)
-
-
 def traffic(name: str, n: int, itemsize: int) -> int:
     """Bytes read plus written (scalars are passed by value)."""
     return n * itemsize * (1 + ORDERS if name == "hermite_norm" else 2)
@@ -94,20 +96,32 @@ class Timer:
         self.stream = cp.cuda.get_current_stream()
         self.quick = quick
 
-    def __call__(self, fn: Callable[[], Any], big: bool = False, each: bool = False) -> float:
-        """``each``: synchronize after every call (latency) instead of after 5 ms of calls."""
+    def __call__(self, fn: Callable[[], Any], big: bool = False) -> float:
+        """Pipelined: calls back to back for at least 5 ms, then one synchronize."""
         repeat = 5 if big or self.quick else 15
-        return measure(fn, sync=self.stream.synchronize, warmup=2, repeat=repeat,
-                       min_time=0.0 if each else 5e-3)
+        return measure(fn, sync=self.stream.synchronize, warmup=2, repeat=repeat, min_time=5e-3)
+
+    def each(self, fn: Callable[[], Any], big: bool = False) -> float:
+        """One call followed by a synchronize (a single call's latency)."""
+        repeat = 9 if big else (60 if self.quick else 200)
+        return measure(fn, sync=self.stream.synchronize, warmup=5, repeat=repeat, inner=1)
+
+    def both(self, fn: Callable[[], Any], big: bool = False) -> tuple[float, float]:
+        """(call + synchronize, pipelined)."""
+        return self.each(fn, big), self(fn, big)
+
+    def batch(self, fn: Callable[[], Any]) -> float:
+        """:data:`PIPELINE` calls, then one synchronize."""
+        return measure(fn, sync=self.stream.synchronize, warmup=20, repeat=15, inner=PIPELINE)
 
 
-def copy_time(timer: Timer, nbytes: int) -> float:
-    """A device-to-device copy that reads and writes ``nbytes`` in total."""
+def copy_time(timer: Timer, nbytes: int) -> tuple[float, float]:
+    """A device-to-device copy that reads and writes ``nbytes`` in total (sync, pipelined)."""
     half = max(nbytes // 2, 1)
     src, dst = cp.empty(half, cp.uint8), cp.empty(half, cp.uint8)
     kind = cp.cuda.runtime.memcpyDeviceToDevice
-    return timer(lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, half, kind,
-                                                     timer.stream.ptr), big=True)
+    return timer.both(lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, half, kind,
+                                                          timer.stream.ptr), big=True)
 
 
 def pinned_time(timer: Timer, in_bytes: int, out_bytes: int) -> float:
@@ -135,23 +149,23 @@ def bench(name: str, dtype: Any, n: int, timer: Timer, with_host: bool) -> list[
     copy = copy_time(timer, nbytes)
     out = cp.empty((ORDERS, n), dtype).T if name == "hermite_norm" else cp.empty(n, dtype)
     ours = {
-        "device": timer(lambda: kernel(x, *extra, *size_args), big),
-        "device+out": timer(lambda: kernel(x, *extra, *size_args, out=out), big),
+        "device": timer.both(lambda: kernel(x, *extra, *size_args), big),
+        "device+out": timer.both(lambda: kernel(x, *extra, *size_args, out=out), big),
     }
     ek = CUPY[name]
     if name == "hermite_norm":
         raw = cp.empty((ORDERS, n), dtype)
-        cupy_t = timer(lambda: ek(x, np.int32(ORDERS), np.int64(n), raw), big)
+        cupy_t = timer.both(lambda: ek(x, np.int32(ORDERS), np.int64(n), raw), big)
         cupy = {"device": cupy_t, "device+out": cupy_t}  # it only writes a given buffer
     else:
-        cupy = {"device": timer(lambda: ek(x, *extra), big),
-                "device+out": timer(lambda: ek(x, *extra, out), big)}
+        cupy = {"device": timer.both(lambda: ek(x, *extra), big),
+                "device+out": timer.both(lambda: ek(x, *extra, out), big)}
     numba_t = numba_device_time(name, x_host, extra, timer, big)
     rows = []
     for case, t in ours.items():
         rows.append(row(name, dtype, n, case, t, nbytes, copy=copy, cupy=cupy[case], numba=numba_t))
     if with_host:
-        t = timer(lambda: kernel(x_host, *extra, *size_args, target="cuda"), big=True)
+        t = timer.both(lambda: kernel(x_host, *extra, *size_args, target="cuda"), big=True)
         in_b, out_b = n * x_host.itemsize, nbytes - n * x_host.itemsize
         numba_host = (numba_host_time(name, x_host, extra, timer)
                       if name != "hermite_norm" else None)
@@ -179,36 +193,51 @@ def numba_host_time(name: str, x_host: np.ndarray, extra: tuple[Any, ...], timer
 
 
 def row(name, dtype, n, case, t, nbytes, copy=None, cupy=None, numba=None, pinned=None) -> dict[str, Any]:
-    def ratio(other):
-        return round(t / other, 3) if other else ""
+    """One table row; ``t``, ``copy`` and ``cupy`` are (call + sync, pipelined) pairs."""
+    sync, pipe = t
+
+    def ratio(ours, other):
+        return round(ours / other, 3) if other else ""
 
     return {"kernel": name, "dtype": np.dtype(dtype).name, "n": n, "case": case,
-            "time_us": round(t * 1e6, 2), "GB/s": round(nbytes / t / 1e9, 1),
-            "x_copy": ratio(copy), "x_cupy": ratio(cupy), "x_numba": ratio(numba),
-            "x_pinned": ratio(pinned)}
+            "sync_us": round(sync * 1e6, 2), "pipe_us": round(pipe * 1e6, 2),
+            "GB/s": round(nbytes / pipe / 1e9, 1),
+            "x_copy_sync": ratio(sync, copy and copy[0]), "x_copy": ratio(pipe, copy and copy[1]),
+            "x_cupy_sync": ratio(sync, cupy and cupy[0]), "x_cupy": ratio(pipe, cupy and cupy[1]),
+            "x_numba": ratio(pipe, numba), "x_pinned": ratio(pipe, pinned)}
 
 
-def small_call_overhead(timer: Timer) -> list[dict[str, Any]]:
-    """gaussian float32, n = 1000: the public call plus a sync, by array kind, against CuPy."""
+def small_calls(timer: Timer) -> list[dict[str, Any]]:
+    """gaussian float32, n = 1000, by array kind and output, against CuPy's ElementwiseKernel:
+    call + synchronize, and pipelined (:data:`PIPELINE` calls, one synchronize)."""
+    import torch
+
     x_host = np.linspace(-3, 3, 1000, dtype=np.float32)
-    x, dx = cp.asarray(x_host), cuda.to_device(x_host)
-    out, dout = cp.empty_like(x), cuda.device_array_like(dx)
+    arrays = {"cupy": cp.asarray(x_host), "numba": cuda.to_device(x_host),
+              "torch": torch.as_tensor(x_host, device="cuda")}
+    outs = {"cupy": cp.empty(1000, cp.float32), "numba": cuda.device_array(1000, np.float32),
+            "torch": torch.empty(1000, dtype=torch.float32, device="cuda")}
     ek = CUPY["gaussian"]
+    x, out = arrays["cupy"], outs["cupy"]
     a, b = np.float32(X0), np.float32(SIGMA)
-    numba_object = gf.get("gaussian", target="cuda")
-    cases = {
-        ("cupy", "alloc"): (lambda: gf.gaussian(x, X0, SIGMA), lambda: ek(x, a, b)),
-        ("cupy", "out="): (lambda: gf.gaussian(x, X0, SIGMA, out=out), lambda: ek(x, a, b, out)),
-        ("numba", "alloc"): (lambda: gf.gaussian(dx, X0, SIGMA), lambda: ek(x, a, b)),
-        ("numba", "out="): (lambda: gf.gaussian(dx, X0, SIGMA, out=dout), lambda: ek(x, a, b, out)),
-    }
-    numba_t = timer(lambda: numba_object(dx, a, b, out=dout), each=True)
+    theirs = {"alloc": lambda: ek(x, a, b), "out=": lambda: ek(x, a, b, out)}
+    reference = {how: (timer.each(f), timer.batch(f)) for how, f in theirs.items()}
+    torch_exp = timer.batch(lambda: torch.exp(arrays["torch"]))
     rows = []
-    for (kind, how), (ours, theirs) in cases.items():
-        t, c = timer(ours, each=True), timer(theirs, each=True)
-        rows.append({"array kind": kind, "output": how, "ours_us": round(t * 1e6, 2),
-                     "cupy_us": round(c * 1e6, 2), "x_cupy": round(t / c, 3),
-                     "numba_out_us": round(numba_t * 1e6, 1)})
+    for kind, arg in arrays.items():
+        for how in ("alloc", "out="):
+            kwargs = {"out": outs[kind]} if how == "out=" else {}
+
+            def ours(arg=arg, kwargs=kwargs):
+                return gf.gaussian(arg, X0, SIGMA, **kwargs)
+
+            sync, pipe = timer.each(ours), timer.batch(ours)
+            c_sync, c_pipe = reference[how]
+            rows.append({"array kind": kind, "output": how, "sync_us": round(sync * 1e6, 2),
+                         "cupy_sync_us": round(c_sync * 1e6, 2), "x_cupy_sync": round(sync / c_sync, 3),
+                         "pipe_us": round(pipe * 1e6, 2), "cupy_pipe_us": round(c_pipe * 1e6, 2),
+                         "x_cupy_pipe": round(pipe / c_pipe, 3),
+                         "torch_exp_pipe_us": round(torch_exp * 1e6, 2)})
     return rows
 
 
@@ -225,45 +254,68 @@ def first_call_seconds() -> str:
 
 
 def targets(rows: list[dict[str, Any]], small: list[dict[str, Any]]) -> list[str]:
+    """The issue's targets, met or not, read from this run's rows."""
     def find(*key):
-        return next(r for r in rows if (r["kernel"], r["dtype"], r["n"], r["case"]) == key)
+        return next((r for r in rows if (r["kernel"], r["dtype"], r["n"], r["case"]) == key), None)
+
+    def verdict(value, limit):
+        return f"{value} (target <= {limit}: {'met' if value <= limit else 'NOT MET'})"
 
     lines = []
-    if any(r["n"] == 10**8 for r in rows):
-        g = find("gaussian", "float32", 10**8, "device")
-        lines.append(f"gaussian f32 n=1e8 device: {g['x_copy']}x copy (target <= 1.15)")
-        h = find("gaussian", "float32", 10**8, "host")
-        lines.append(f"gaussian f32 n=1e8 host: {h['x_numba']}x numba vectorize(cuda) on NumPy "
-                     f"(target <= 0.2); {h['x_pinned']}x the pinned round trip")
-    if any(r["kernel"] == "hermite_norm" and r["n"] == 10**7 for r in rows):
-        h = find("hermite_norm", "float32", 10**7, "device")
-        lines.append(f"hermite_norm f32 32 orders 1e7 device: {h['x_copy']}x copy (target <= 1.3)")
     for r in small:
-        lines.append(f"gaussian f32 n=1e3 {r['array kind']} {r['output']}: {r['ours_us']} us, "
-                     f"{r['x_cupy']}x CuPy ElementwiseKernel (target <= 0.75)")
+        lines.append(f"gaussian f32 n=1e3 {r['array kind']} {r['output']}: call+sync {r['sync_us']} us = "
+                     f"{verdict(r['x_cupy_sync'], 1.0)}x CuPy; pipelined {r['pipe_us']} us = "
+                     f"{verdict(r['x_cupy_pipe'], 1.5)}x CuPy")
+    g = find("gaussian", "float32", 10**8, "device")
+    if g:
+        lines.append(f"gaussian f32 n=1e8 device: call+sync {verdict(g['x_copy_sync'], 1.15)}x a copy "
+                     f"(pipelined {g['x_copy']}x)")
+    h = find("hermite_norm", "float32", 10**7, "device")
+    if h:
+        lines.append(f"hermite_norm f32 32 orders 1e7 device: call+sync {verdict(h['x_copy_sync'], 1.3)}x "
+                     f"a copy (pipelined {h['x_copy']}x)")
+    g = find("gaussian", "float32", 10**8, "host")
+    if g:
+        lines.append(f"gaussian f32 n=1e8 host: {g['x_numba']}x numba vectorize(cuda) on NumPy; "
+                     f"{g['x_pinned']}x the pinned round trip")
     return lines
+
+
+def cases(quick: bool, targets_only: bool) -> list[tuple[str, Any, int, bool]]:
+    """(kernel, dtype, n, with the host path) for every row."""
+    if targets_only:
+        return [("gaussian", np.float32, 10**8, False), ("hermite_norm", np.float32, 10**7, False)]
+    found = []
+    for name in ("gaussian", "exp", "clamp", "hermite_norm"):
+        for dtype in (np.float32, np.float64):
+            for n in HERMITE_SIZES if name == "hermite_norm" else SIZES:
+                if quick and n > 10**6:
+                    continue
+                host_limit = 10**6 if name == "hermite_norm" else 10**7
+                with_host = n <= host_limit or (name, dtype, n) == ("gaussian", np.float32, 10**8)
+                found.append((name, dtype, n, with_host))
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n up to 10^6, fewer repetitions")
+    parser.add_argument("--targets-only", action="store_true", help="only the cases targets name")
     args = parser.parse_args()
     timer = Timer(args.quick)
     rows: list[dict[str, Any]] = []
     for name in gf.names():
         if name not in CUPY:
             raise SystemExit(f"kernel {name!r} has no benchmark entry in CUPY: add one")
-    for name in ("gaussian", "exp", "clamp", "hermite_norm"):
-        for dtype in (np.float32, np.float64):
-            for n in HERMITE_SIZES if name == "hermite_norm" else SIZES:
-                if args.quick and n > 10**6:
-                    continue
-                host_limit = 10**6 if name == "hermite_norm" else 10**7
-                with_host = n <= host_limit or (name, dtype, n) == ("gaussian", np.float32, 10**8)
-                rows += bench(name, dtype, n, timer, with_host)
-                print(format_table(rows[-3:], COLUMNS).split("\n", 1)[1], flush=True)
-    small = small_call_overhead(timer)
+    small = small_calls(timer)
+    print(format_table(small, list(small[0])), flush=True)
+    for name, dtype, n, with_host in cases(args.quick, args.targets_only):
+        rows += bench(name, dtype, n, timer, with_host)
+        print(format_table(rows[-3:], COLUMNS).split("\n", 1)[1], flush=True)
     summary = targets(rows, small)
+    print("\n".join(summary))
+    if args.targets_only:
+        return
     device = cuda.get_current_device()
     gpu = device.name.decode() if isinstance(device.name, bytes) else device.name
     meta = machine_info({"gpu": gpu, "cupy": cp.__version__, "first_call": first_call_seconds(),

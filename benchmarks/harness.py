@@ -26,27 +26,20 @@ def measure(
     warmup: int = 3,
     repeat: int = 15,
     min_time: float = 2e-4,
+    inner: int | None = None,
 ) -> float:
     """Median seconds per call of ``fn`` after ``warmup`` calls.
 
-    Each repetition runs ``fn`` enough times to last at least ``min_time`` (so microsecond calls
-    are not dominated by the timer), then calls ``sync`` (for example a CUDA stream synchronize)
-    before the clock stops.
+    Each repetition runs ``fn`` ``inner`` times (by default: enough times to last at least
+    ``min_time``, so microsecond calls are not dominated by the timer), then calls ``sync`` (for
+    example a CUDA stream synchronize) before the clock stops.
     """
     for _ in range(warmup):
         fn()
     if sync:
         sync()
-    inner = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        if sync:
-            sync()
-        if time.perf_counter() - start >= min_time or inner >= 1 << 20:
-            break
-        inner *= 2
+    if inner is None:
+        inner = _calibrate(fn, sync, min_time)
     samples = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -56,6 +49,20 @@ def measure(
             sync()
         samples.append((time.perf_counter() - start) / inner)
     return statistics.median(samples)
+
+
+def _calibrate(fn: Callable[[], Any], sync: Callable[[], Any] | None, min_time: float) -> int:
+    """Calls per repetition: doubled until a repetition lasts ``min_time``."""
+    inner = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        if sync:
+            sync()
+        if time.perf_counter() - start >= min_time or inner >= 1 << 20:
+            return inner
+        inner *= 2
 
 
 def machine_info(extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -64,13 +64,14 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
     if cls is type(None):
         return _type_key
     arrays, always = _device_arrays(cls)
-    if arrays is None:
-        return _unkeyable  # lists, Dask, xarray, ...: the full path every time
+    keyer = arrays.keyer(cls) if arrays is not None else None
+    if keyer is None:
+        return _unkeyable  # lists, Dask, xarray, interface dicts: the full path every time
     if always:
-        return lambda obj: arrays.key(obj) or UNKEYABLE
+        return keyer
 
-    def per_instance(obj: Any) -> Any:
-        return (arrays.key(obj) or UNKEYABLE) if arrays.owns(obj) else UNKEYABLE
+    def per_instance(obj: Any) -> Any:  # torch tensors: on the GPU or not
+        return keyer(obj) if arrays.owns(obj) else UNKEYABLE
 
     return per_instance
 

@@ -159,8 +159,9 @@ class DeviceArrays:
         """Dtype, shape and strides of one of this target's arrays."""
         raise NotImplementedError
 
-    def key(self, obj: Any) -> Any:
-        """A hashable summary of what :meth:`describe` reads, or ``None`` if not cheap."""
+    def keyer(self, cls: type) -> Callable[[Any], Any] | None:
+        """For arrays of ``cls``: a function giving a hashable summary of what :meth:`describe`
+        reads (it keys resolved calls), or ``None`` where that is not cheap."""
         return None
 
     def writable(self, obj: Any) -> bool:

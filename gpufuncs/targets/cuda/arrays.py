@@ -33,9 +33,9 @@ def kind_of(cls: type) -> str:
         return library
     if getattr(cls, "__cuda_ndarray__", False):
         return SIM if compat.is_sim_array(cls) else NUMBA
-    if hasattr(cls, "__cuda_array_interface__"):
-        return CAI
-    return DLPACK
+    if hasattr(cls, "__dlpack__") and not hasattr(cls, "__cuda_array_interface__"):
+        return DLPACK
+    return CAI  # the interface on the class, or set on each instance
 
 
 # -- pointers ---------------------------------------------------------------------------------------
@@ -93,10 +93,16 @@ def stream_handle(stream: Any) -> int:
     raise TypeError(f"stream= must be a numba, cuda.core, CuPy or torch stream, got {type(stream).__name__}")
 
 
-def cupy_stream() -> int:
+@functools.cache
+def _cupy_current() -> Callable[[], Any]:
     import cupy
 
-    return cupy.cuda.get_current_stream().ptr
+    return cupy.cuda.get_current_stream
+
+
+def cupy_stream() -> int:
+    """The handle of CuPy's current stream (of this thread)."""
+    return _cupy_current()().ptr
 
 
 def _numba_stream(obj: Any) -> int:
@@ -133,10 +139,11 @@ def same_stream(a: int, b: int) -> bool:
 
 # -- new outputs ------------------------------------------------------------------------------------
 def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype,
-              axes: Sequence[int]) -> Callable[[Any, int], tuple[Any, int]]:
-    """``(like, stream handle) -> (array, address)``: a new output of logical ``shape``, stored
-    C-contiguous in the order ``axes`` (outermost first), made by the library of ``kind``
-    (``like`` is the input it copies the device of)."""
+              axes: Sequence[int]) -> Callable[[Any, int, bool], tuple[Any, int]]:
+    """``(like, stream handle, current) -> (array, address)``: a new output of logical ``shape``,
+    stored C-contiguous in the order ``axes`` (outermost first), made by the library of ``kind``
+    (``like`` is the input it copies the device of; ``current``: the handle is that library's
+    current stream, on which it orders its own allocations)."""
     if get_runtime().simulated:
         kind = SIM
     axes = tuple(axes)
@@ -148,15 +155,15 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype,
     if kind == TORCH:
         return _torch_allocator(storage, dtype, None if identity else back)
     if kind == SIM:
-        return lambda like, handle: _sim_output(storage, dtype, back)
+        return lambda like, handle, current: _sim_output(storage, dtype, back)
     return _numba_allocator(shape, storage, dtype, back)
 
 
 def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None) -> Callable:
     import cupy
 
-    def allocate(like: Any, handle: int) -> tuple[Any, int]:
-        if handle == cupy_stream():
+    def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
+        if current:
             out = cupy.ndarray(storage, dtype)
         else:
             # CuPy's pool orders reuse on the stream it allocates under: make that our stream.
@@ -173,10 +180,10 @@ def _torch_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int,
     tdtype = next(t for t, d in torch_dtypes().items() if d == dtype)
     current = compat.torch_stream_getter()
 
-    def allocate(like: Any, handle: int) -> tuple[Any, int]:
+    def allocate(like: Any, handle: int, on_current: bool) -> tuple[Any, int]:
         device = like.device
         out = torch.empty(storage, dtype=tdtype, device=device)
-        if handle != current(device.index):
+        if not on_current and handle != current(device.index):
             # torch's caching allocator must not reuse the memory before our stream is done.
             out.record_stream(torch.cuda.ExternalStream(handle, device=device))
         return (out if back is None else out.permute(back)), out.data_ptr()
@@ -196,7 +203,7 @@ def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np
     strides = tuple(stored[b] for b in back)
     runtime = get_runtime()
 
-    def allocate(like: Any, handle: int) -> tuple[Any, int]:
+    def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
         buffer = runtime.allocate(nbytes, runtime.stream(handle))
         address = address_of(buffer)
         return compat.numba_device_array(address, buffer.size, buffer, shape, strides, dtype), address

@@ -174,6 +174,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
     runtime = get_runtime()
 
     def launch_stream(objs: list[Any], stream: Any) -> int:
+        """The stream to launch on, after making it wait for the other operands' streams."""
         if stream is not None:
             handle, check = arrays.stream_handle(stream), producers
         else:
@@ -196,15 +197,17 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
         values = [read(obj, handle, keep) for read, obj in zip(reads[:nin], objs)]
         results: list[Any] = []
         if outs is None:
+            like = inputs[first] if first is not None else None
+            current = stream is None  # the handle is the first input's library's own stream
             for allocate in allocators:
-                result, address = allocate(inputs[first] if first is not None else None, handle)
+                result, address = allocate(like, handle, current)
                 results.append(result)
                 values.append(address)
         else:
             results = list(outs)
             for k, obj in enumerate(outs):
                 if k in host_allocators:
-                    temp, address = host_allocators[k](None, handle)
+                    temp, address = host_allocators[k](None, handle, False)
                     keep.append(temp)
                     values.append(address)
                 else:
@@ -247,7 +250,7 @@ def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle
     """The main launch, with staged core operands cast into and out of loop-dtype buffers."""
     after = []
     for stage in staging:
-        buffer, address = stage.allocate(None, handle)
+        buffer, address = stage.allocate(None, handle, False)
         keep.append(buffer)
         if stage.before is not None:
             stage.before.launch([values[stage.index], address], handle)

@@ -9,6 +9,7 @@ expose: Numba device arrays (``__cuda_ndarray__``), CuPy, PyTorch CUDA tensors, 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -103,13 +104,12 @@ class CudaArrays(DeviceArrays):
                    else c_strides(shape, dtype.itemsize))
         return Arg(DEVICE, cls, dtype, shape, strides)
 
-    def key(self, obj: Any) -> Any:
-        cls = type(obj)
+    def keyer(self, cls: type) -> Callable[[Any], Any] | None:
         library = _library(cls)
         if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
-            return cls, obj.dtype, obj.shape, obj.strides
+            return lambda obj: (cls, obj.dtype, obj.shape, obj.strides)
         if library == "torch":
-            return cls, obj.dtype, obj.shape, obj.stride(), obj.device
+            return lambda obj: (cls, obj.dtype, obj.shape, obj.stride(), obj.device)
         return None  # interface dicts and DLPack capsules: described afresh on every call
 
     def writable(self, obj: Any) -> bool:
