@@ -292,19 +292,29 @@ def test_calls_with_and_without_keywords_take_the_same_path(monkeypatch):
     from gpufuncs.dispatch import ResolvedCall
 
     ran = []
-    original = ResolvedCall.__call__
+    original = ResolvedCall.__init__
 
-    def spy(self, args, kwargs):
-        ran.append((self.target, tuple(kwargs)))
-        return original(self, args, kwargs)
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        run = self._run
 
-    monkeypatch.setattr(ResolvedCall, "__call__", spy)
+        def counted(args, kwargs):
+            ran.append((self.target, tuple(kwargs)))
+            return run(args, kwargs)
+
+        self._run = counted
+
+    monkeypatch.setattr(ResolvedCall, "__init__", spy)
     x = np.linspace(0, 1, 5)
-    gf.exp(x)
-    gf.exp(x, target="cpu")
-    gf.exp(x, out=np.empty(5))
-    gf.hermite_norm(x, 3)
-    assert ran == [("cpu", ()), ("cpu", ("target",)), ("cpu", ("out",)), ("cpu", ())]
+    for kernel in (gf.exp, gf.hermite_norm):
+        monkeypatch.setattr(kernel, "_resolved", {})
+    for _ in range(2):  # resolved on the first call, found in the cache on the second
+        gf.exp(x)
+        gf.exp(x, target="cpu")
+        gf.exp(x, out=np.empty(5))
+        gf.hermite_norm(x, 3)
+    assert ran == [("cpu", ()), ("cpu", ("target",)), ("cpu", ("out",)), ("cpu", ())] * 2
+    assert len(gf.exp._resolved) == 3 and len(gf.hermite_norm._resolved) == 1
 
 
 def test_reused_plans_still_validate_every_call(restore_registry):

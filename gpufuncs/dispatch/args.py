@@ -82,41 +82,46 @@ _KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _host_key}
 def arg_key(obj: Any) -> Any:
     """The part of the call signature that argument ``obj`` contributes."""
     cls = type(obj)
+    if cls is np.ndarray:  # the most common argument, inlined: this runs on every call
+        return cls, obj.dtype, obj.shape, obj.strides
     keyer = _KEYERS.get(cls)
     if keyer is None:
         keyer = _KEYERS[cls] = _keyer_for(cls)
     return keyer(obj)
 
 
-#: Keywords whose value is an operand (keyed like a positional argument) or a runtime value
-#: such as a stream (keyed by presence only); the others are keyed by value.
-_OPERAND_KEYWORDS = ("out", "where")
+#: Keywords whose value is a runtime value, keyed by type only.
 _RUNTIME_KEYWORDS = ("stream",)
-
-
-def _keyword_key(name: str, value: Any) -> Any:
-    if name == "out":
-        if type(value) is tuple:
-            return tuple(arg_key(v) for v in value)
-        return arg_key(value)
-    if name == "where":
-        return value if type(value) is bool else arg_key(value)
-    if name in _RUNTIME_KEYWORDS:
-        return type(value)
-    return value
 
 
 def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """The call signature: argument kinds, dtypes, shapes and strides, and the keywords.
 
     Hashable for a call whose resolution can be reused; otherwise looking it up raises
-    ``TypeError`` (see :data:`UNKEYABLE`).
+    ``TypeError`` (see :data:`UNKEYABLE`). Keywords are keyed by name and value, except the
+    operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
+    and runtime values such as ``stream`` (by type only: any stream resolves the same way).
     """
-    key = [arg_key(a) for a in args]
+    key = tuple(map(arg_key, args))
+    if not kwargs:
+        return key
+    if len(kwargs) == 1:  # the two common single keywords, keyed as the loop below keys them
+        if "target" in kwargs:
+            return (*key, "target", kwargs["target"])
+        out = kwargs.get("out")
+        if out is not None and type(out) is not tuple:
+            return (*key, "out", arg_key(out))
+    extra: list[Any] = []
     for name, value in kwargs.items():
-        key.append(name)
-        key.append(_keyword_key(name, value))
-    return tuple(key)
+        if name == "out":
+            extra += (name, tuple(map(arg_key, value)) if type(value) is tuple else arg_key(value))
+        elif name == "where":
+            extra += (name, value if type(value) is bool else arg_key(value))
+        elif name in _RUNTIME_KEYWORDS:
+            extra += (name, type(value))
+        else:
+            extra += (name, value)
+    return key + tuple(extra)
 
 
 def describe(obj: Any) -> Arg | None:

@@ -64,7 +64,7 @@ class ResolvedCall:
         The concrete target it runs on.
     """
 
-    __slots__ = ("_convert", "_executor", "_finish", "_nin", "_out_checks", "_outs_from",
+    __slots__ = ("_convert", "_executor", "_finish", "_nin", "_out_checks", "_outs_from", "_run",
                  "_stop", "_stream", "_where", "plan", "target")
 
     def __init__(self, kernel: Kernel, call: Call, plan: Plan, target: str, executor: Callable,
@@ -83,8 +83,38 @@ class ResolvedCall:
         self._finish = _scalar_result if elementwise_scalar else _array_result
         if spec.nout > 1:
             self._finish = tuple
+        # The same steps, without the ones this call signature never needs.
+        simple = self._where is None and not self._stream and not convert
+        if simple and self._outs_from is None and not call.sizes and self._finish is _array_result:
+            self._run = self._plain_array
+        elif simple and self._outs_from is None:
+            self._run = self._plain if not call.sizes else self._sized
+        elif (self._where != "convert" and not self._stream and not convert and
+              self._outs_from == "out" and spec.nout == 1):
+            self._run = self._one_out
+        else:
+            self._run = self._general
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._run(args, kwargs)
+
+    def _plain_array(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._executor(args, None, True, None)[0]
+
+    def _plain(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._finish(self._executor(args, None, True, None))
+
+    def _sized(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._finish(self._executor(args[: self._nin], None, True, None))
+
+    def _one_out(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        out = kwargs["out"]
+        outs = out if type(out) is tuple else (out,)
+        self._out_checks[0](outs[0])
+        self._executor(args[: self._nin], outs, kwargs["where"] if self._where else True, None)
+        return outs[0]
+
+    def _general(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         inputs = args[: self._nin]
         for i in self._convert:  # array-likes such as lists (never cached: converted each call)
             inputs = (*inputs[:i], np.asarray(inputs[i]), *inputs[i + 1:])
@@ -236,9 +266,9 @@ class Kernel:
             resolved = self._resolve(args, kwargs, key)
         except TypeError:  # a call signature that cannot be keyed: resolved afresh every time
             resolved = self._resolve(args, kwargs, None)
-        return resolved(args, kwargs)
+        return resolved._run(args, kwargs)  # what ResolvedCall.__call__ does, one call less
 
-    def resolve(self, *args: Any, **kwargs: Any) -> ResolvedCall | Callable[..., Any]:
+    def resolve(self, *args: Any, **kwargs: Any) -> ResolvedCall | DeferredCall:
         """The resolved call that ``self(*args, **kwargs)`` would run (validated, not run)."""
         return self._resolve(args, kwargs, None)
 
@@ -315,7 +345,7 @@ class Kernel:
                             f"{[type(c).__name__ for c in candidates]} all returned NotImplemented "
                             "from __array_ufunc__")
 
-        return deferred
+        return DeferredCall(deferred)
 
     # -- ufunc methods (binary elementwise kernels) --------------------------------------------
     def outer(self, a: Any, b: Any, **kwargs: Any) -> Any:
@@ -336,6 +366,17 @@ class Kernel:
     def at(self, array: np.ndarray, indices: Any, b: Any, target: str = "auto") -> None:
         """Unbuffered in-place application, like :meth:`numpy.ufunc.at` (host targets)."""
         methods.at(self, array, indices, b, target)
+
+
+class DeferredCall:
+    """A call handed to an argument's ``__array_ufunc__`` (never cached: such arguments have
+    no call signature)."""
+
+    def __init__(self, run: Callable[[tuple[Any, ...], dict[str, Any]], Any]) -> None:
+        self._run = run
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._run(args, kwargs)
 
 
 class SizedKernel:

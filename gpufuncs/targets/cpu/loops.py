@@ -46,6 +46,20 @@ def _elements_typing(args, i, cast):
     return lambda args, i, cast: (cast(args[0]),) + elements(args[1:], i, cast)
 
 
+def flat(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments with every array as its 1-D view (the arrays are C-contiguous)."""
+    return tuple(a.reshape(a.size) if getattr(a, "ndim", 0) else a for a in args)
+
+
+@overload(flat, inline="always")
+def _flat_typing(args):
+    if len(args) == 0:
+        return lambda args: ()
+    if isinstance(args[0], types.Array):
+        return lambda args: (args[0].reshape(args[0].size),) + flat(args[1:])
+    return lambda args: (args[0],) + flat(args[1:])
+
+
 def rows(outs: tuple[Any, ...], i: int) -> tuple[Any, ...]:
     """Row ``i`` of every gufunc output (a view the scalar function writes into)."""
     return tuple(o[i] for o in outs)
@@ -97,19 +111,23 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple
 
     ``loop(out, *args)`` writes ``out[i] = f(*args at i)`` (storing casts to ``out``'s dtype),
     ``masked(out, where, *args)`` only where ``where[i]``, ``parallel(out, *args)`` in chunks
-    spread over Numba's threads. ``key`` keys their disk cache (``None``: no disk cache).
+    spread over Numba's threads. Arrays are C-contiguous of the output's shape (any number of
+    dimensions: the loops see them flat). ``key`` keys their disk cache (``None``: none).
     """
 
     def loop(out, *args):
+        out, args = out.reshape(out.size), flat(args)
         for i in range(out.size):
             out[i] = scalar(*elements(args, i, cast))
 
     def masked(out, where, *args):
+        out, where, args = out.reshape(out.size), where.reshape(where.size), flat(args)
         for i in range(out.size):
             if where[i]:
                 out[i] = scalar(*elements(args, i, cast))
 
     def parallel(out, *args):
+        out, args = out.reshape(out.size), flat(args)
         n = out.size
         for c in prange((n + CHUNK - 1) // CHUNK):
             for i in range(c * CHUNK, min(c * CHUNK + CHUNK, n)):

@@ -46,10 +46,15 @@ def _cai_pointer(obj: Any) -> int:
     return interface["data"][0] or 0
 
 
+def _numba_pointer(obj: Any) -> int:
+    memory = obj.gpu_data  # None for an empty array
+    return int(memory.device_pointer) if memory is not None else 0
+
+
 _POINTERS: dict[str, Callable[[Any], int]] = {
     CUPY: lambda a: a.data.ptr,
     TORCH: lambda a: a.data_ptr(),
-    NUMBA: lambda a: a.device_ctypes_pointer.value or 0,
+    NUMBA: _numba_pointer,
     SIM: compat.sim_pointer,
     CAI: _cai_pointer,
 }

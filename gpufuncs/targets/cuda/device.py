@@ -26,6 +26,11 @@ from .runtime import get_runtime
 Reader = Callable[[Any, int, list], Any]
 
 
+def _device_getter(kind: str) -> Callable[[Any], int] | None:
+    """``array -> address`` for kinds read without the stream (all but DLPack)."""
+    return None if kind == arrays.DLPACK else arrays.pointer_getter(kind)
+
+
 def _device_reader(kind: str) -> Reader:
     if kind == arrays.DLPACK:
         def read_dlpack(obj: Any, handle: int, keep: list) -> int:
@@ -56,20 +61,35 @@ def _scalar_reader(dtype: np.dtype) -> Reader:
     return read
 
 
-class _Operand:
-    """How one argument is read, and its layout in the launch."""
+def _scalar_getter(arg: Arg, dtype: np.dtype) -> Callable[[Any], Any] | None:
+    """``scalar -> value to pack``: NumPy's conversion to a float32 loop (inf where a float
+    overflows it); a float64 parameter takes Python and NumPy scalars as they are."""
+    if arg.role == HOST:
+        return None  # a one-element array
+    return (lambda value: value) if dtype == np.float64 else dtype.type
 
-    def __init__(self, read: Reader, layout: Layout, kind: str | None = None) -> None:
-        self.read, self.layout, self.kind = read, layout, kind
+
+class _Operand:
+    """How one argument is read (``get``: without stream or temporaries, where that suffices),
+    and its layout in the launch."""
+
+    def __init__(self, read: Reader, layout: Layout, kind: str | None = None,
+                 get: Callable[[Any], Any] | None = None) -> None:
+        self.read, self.layout, self.kind, self.get = read, layout, kind, get
+
+
+def _device(arg: Arg, core: int) -> _Operand:
+    kind = arrays.kind_of(arg.cls)
+    return _Operand(_device_reader(kind), Layout(arg.dtype, arg.shape, arg.strides, core), kind,
+                    _device_getter(kind))
 
 
 def _input(arg: Arg, core: int, loop: np.dtype) -> _Operand:
     if arg.role == DEVICE:
-        kind = arrays.kind_of(arg.cls)
-        return _Operand(_device_reader(kind), Layout(arg.dtype, arg.shape, arg.strides, core), kind)
+        return _device(arg, core)
     size = int(np.prod(arg.shape)) if arg.role == HOST else 1
     if not core and size == 1:
-        return _Operand(_scalar_reader(loop), Layout.scalar(loop))
+        return _Operand(_scalar_reader(loop), Layout.scalar(loop), get=_scalar_getter(arg, loop))
     if arg.role != HOST:  # a scalar given for a core operand: a one-element array
         return _Operand(_host_reader(loop), Layout.contiguous(arg.shape, loop, core=core))
     dtype = loop if core else None  # core operands are used in place: the loop's dtype
@@ -127,10 +147,8 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
     else:
         for k, (o, core) in enumerate(zip(plan.outs, out_cores)):
             if o.role == DEVICE:
-                kind = arrays.kind_of(o.cls)
-                layout = Layout(o.dtype, o.shape, o.strides, core)
-                operands.append(_Operand(_device_reader(kind), layout, kind))
-                like = like or kind
+                operands.append(_device(o, core))
+                like = like or operands[-1].kind
             else:  # a host out= with device inputs: computed on the device, copied back
                 host_outs.append(k)
                 operands.append(_Operand(_taken, Layout.contiguous(o.shape, o.dtype, core=core)))
@@ -142,8 +160,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
     if mask is not None:
         if mask.role == DEVICE:
             where_mode = "device"
-            operands.append(_Operand(_device_reader(arrays.kind_of(mask.cls)),
-                                     Layout(mask.dtype, mask.shape, mask.strides), arrays.kind_of(mask.cls)))
+            operands.append(_device(mask, 0))
         elif int(np.prod(mask.shape)) == 1:
             where_mode = "scalar"  # True: no mask at all; False: nothing to write
             mask = None
@@ -187,6 +204,10 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
                 waited.add(other)
         return handle
 
+    read_each_call = [op for op in operands if op.read is not _taken]
+    if not staging and not host_outs and where_mode != "scalar" and all(op.get for op in read_each_call):
+        return _fast_executor(main, operands, allocators, first, launch_stream, others, spans, layouts, nin)
+
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         runtime.bind_thread()
         if where_mode == "scalar" and not np.asarray(where).reshape(())[()]:
@@ -219,6 +240,41 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
         for k in host_allocators:
             _copy_back(keep, values[nin + k], outs[k], handle)
         return tuple(results)
+
+    return execute
+
+
+def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[Callable],
+                   first: int | None, launch_stream: Callable, others: list, spans: list,
+                   layouts: list[Layout], nin: int) -> Executor:
+    """The executor of calls whose operands are all device arrays and scalars: each is read
+    with one attribute access or cast, and nothing else is decided per call."""
+    getters = [op.get for op in operands]  # allocated outputs are never read: zip stops before
+    stream_of = arrays.producer_stream(operands[first].kind) if first is not None else None
+    runtime = get_runtime()
+    bind, launch = runtime.bind_thread, main.launch
+
+    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        bind()
+        objs = inputs if outs is None else (*inputs, *outs, *(() if where is True else (where,)))
+        if stream is None and not others:
+            handle = (stream_of(objs[first]) or 0) if stream_of is not None else 0
+        else:
+            handle = launch_stream(objs, stream)
+        values = [get(obj) for get, obj in zip(getters, objs)]
+        if outs is None:
+            like = inputs[first] if first is not None else None
+            results = []
+            for allocate in allocators:
+                result, address = allocate(like, handle, stream is None)
+                results.append(result)
+                values.append(address)
+            launch(values, handle)
+            return tuple(results)
+        keep: list[Any] = []
+        _read_before_write(values, spans, layouts, nin, len(outs), runtime.stream(handle), keep)
+        launch(values, handle)
+        return outs
 
     return execute
 

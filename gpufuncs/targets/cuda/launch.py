@@ -10,6 +10,7 @@ writes the per-call values (pointers and scalars) into their slots and calls ``c
 from __future__ import annotations
 
 import math
+import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,46 +128,54 @@ def _sim(param: Any, values: Sequence[Any]) -> Any:
     return param
 
 
-#: Slot views of the parameter buffer by kind: (view dtype, elements per 8-byte slot).
-_VIEWS = {"p": (np.uint64, 1), "q": (np.int64, 1), "d": (np.float64, 1), "f": (np.float32, 2),
-          "B": (np.uint8, 8), "e": (np.float16, 4)}
+#: ``struct`` codes of one 8-byte parameter slot, by kind (values narrower than 8 bytes first).
+_SLOTS = {"p": "Q", "q": "q", "d": "d", "f": "f4x", "B": "B7x", "e": "e6x"}
 
 
 class Packer:
     """A kernel's parameters in an 8-byte slot each, as the ``void**`` ``cuLaunchKernel`` takes.
 
-    Constants are written when a thread first uses the packer; :meth:`pack` writes the per-call
-    values only. Each thread has its own buffer: another thread may pack while one launches.
+    :meth:`pack` writes the per-call values (pointers and scalars) with one ``struct`` call:
+    when they come first, as on the flat path, only they are written and the constants after
+    them (strides, shape, count) were written once; otherwise the whole block is written from a
+    template. Each thread has its own buffer: another thread may pack while one launches.
     """
 
     def __init__(self, params: tuple[Any, ...]) -> None:
-        self._flat = _flat(params)
-        self._kinds = sorted(_VIEWS)
-        self._slots: list[tuple[int, int]] = [(0, 0)] * sum(isinstance(v, _Hole) for _, v in self._flat)
-        for slot, (kind, value) in enumerate(self._flat):
-            if isinstance(value, _Hole):
-                self._slots[value.index] = (self._kinds.index(kind), slot * _VIEWS[kind][1])
+        flat = _flat(params)
+        holes = [i for i, (_, v) in enumerate(flat) if isinstance(v, _Hole)]
+        self._count = len(flat)
+        self._template = [None if isinstance(v, _Hole) else v for _, v in flat]
+        self._positions = [flat[i][1].index for i in holes]  # hole slot -> value index
+        self._prefix = holes == list(range(len(holes))) and self._positions == sorted(self._positions)
+        codes = "".join(_SLOTS[kind] for kind, _ in flat)
+        self._block = struct.Struct("<" + codes)
+        self._values = struct.Struct("<" + "".join(_SLOTS[flat[i][0]] for i in holes))
+        self._holes = holes
         self._local = threading.local()
 
-    def _buffer(self) -> tuple[tuple[np.ndarray, ...], int]:
-        store = np.zeros(max(1, len(self._flat)), np.uint64)
-        views = tuple(store.view(_VIEWS[k][0]) for k in self._kinds)
-        for slot, (kind, value) in enumerate(self._flat):
-            if not isinstance(value, _Hole):
-                views[self._kinds.index(kind)][slot * _VIEWS[kind][1]] = value
-        pointers = store.ctypes.data + 8 * np.arange(len(self._flat), dtype=np.uint64)
-        self._local.kept = (store, pointers)  # alive as long as this thread's buffer
-        self._local.views, self._local.address = views, pointers.ctypes.data
-        return views, pointers.ctypes.data
+    def _buffer(self) -> tuple[np.ndarray, int]:
+        store = np.zeros(max(1, self._count), np.uint64)
+        if self._count:
+            self._block.pack_into(store, 0, *(0 if v is None else v for v in self._template))
+        pointers = store.ctypes.data + 8 * np.arange(self._count, dtype=np.uint64)
+        self._local.kept = pointers  # alive as long as this thread's buffer
+        self._local.store, self._local.address = store, pointers.ctypes.data
+        return store, pointers.ctypes.data
 
     def pack(self, values: Sequence[Any]) -> int:
         """Write ``values`` (one per hole, in order) and return the parameter array's address."""
         try:
-            views, address = self._local.views, self._local.address
+            store, address = self._local.store, self._local.address
         except AttributeError:
-            views, address = self._buffer()
-        for (view, index), value in zip(self._slots, values):
-            views[view][index] = value
+            store, address = self._buffer()
+        if self._prefix:
+            self._values.pack_into(store, 0, *values)
+        else:
+            block = self._template.copy()
+            for slot, index in zip(self._holes, self._positions):
+                block[slot] = values[index]
+            self._block.pack_into(store, 0, *block)
         return address
 
 
