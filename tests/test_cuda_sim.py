@@ -126,14 +126,14 @@ else:
         x = values((3, 4), np.float64)
         in_f32 = gf.exp(cuda.to_device(x), dtype=np.float32)
         assert in_f32.dtype == np.float32
-        np.testing.assert_array_equal(to_host(in_f32), cpu(gf.exp, x, dtype=np.float32))
+        np.testing.assert_array_equal(to_host(in_f32), to_host(gf.exp(cuda.to_device(x.astype(np.float32)))))
         with pytest.raises(TypeError, match="casting='no'"):
             gf.exp(cuda.to_device(x), dtype=np.float32, casting="no")
         with pytest.raises(TypeError, match="to out= dtype int32"):
             gf.exp(cuda.to_device(x), out=cuda.to_device(np.zeros((3, 4), np.int32)))
         fortran = gf.exp(cuda.to_device(x), order="F")
         assert fortran.is_f_contiguous() and not fortran.is_c_contiguous()
-        np.testing.assert_array_equal(to_host(fortran), cpu(gf.exp, x))
+        np.testing.assert_array_equal(to_host(fortran), to_host(gf.exp(cuda.to_device(x))))
 
     def test_host_array_mixed_with_device_arrays():
         x, x0 = values(5), values(5)
@@ -175,7 +175,9 @@ else:
         base = np.linspace(0.0, 1.0, 3001)
         src, dst = (slice(0, -shift), slice(shift, None)) if shift > 0 else \
             (slice(-shift, None), slice(0, shift))
-        expected = cpu(gf.exp, base[src].copy())
+        # The same computation without overlap (the simulator's exp is libm's, the cpu target's
+        # a vectorized one: they may differ in the last bit, the overlap must not change one).
+        expected = to_host(gf.exp(HostCAI(base[src].copy())))
         for call in (lambda x: gf.exp(HostCAI(x[src]), out=HostCAI(x[dst])),
                      lambda x: gf.exp(x[src], out=x[dst], target="cuda")):
             x = base.copy()
@@ -183,13 +185,13 @@ else:
             np.testing.assert_array_equal(x[dst], expected)
         x = base.copy()
         gf.exp(HostCAI(x[::-1]), out=HostCAI(x))
-        np.testing.assert_array_equal(x, cpu(gf.exp, base[::-1].copy()))
+        np.testing.assert_array_equal(x, to_host(gf.exp(HostCAI(base[::-1].copy()))))
         copies = []
         original = arrays.copy_span
         monkeypatch.setattr(arrays, "copy_span", lambda *a: copies.append(a) or original(*a))
         x = base.copy()
         gf.exp(HostCAI(x), out=HostCAI(x))  # element for element in place: no copy needed
-        np.testing.assert_array_equal(x, cpu(gf.exp, base))
+        np.testing.assert_array_equal(x, to_host(gf.exp(HostCAI(base.copy()))))
         assert copies == []
 
     def test_gufunc_out_overlapping_its_input():

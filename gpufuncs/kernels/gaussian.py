@@ -38,15 +38,20 @@ def gaussian(x, x0, sigma):
     """
     if sigma != sigma or sigma <= as_type(0, sigma):  # quiet NaN test first: no FP warning
         return as_type(math.nan, x)
+    # Written without branches on the data (each choice a select between values computed
+    # either way) and with one exp, so that a loop of this kernel vectorizes; every result is
+    # the one of the plain formulas in the comments.
+    zero = as_type(0, x)
     diff = x - x0
-    if math.isinf(diff) and not (math.isinf(x) or math.isinf(x0)):
-        z = x / sigma - x0 / sigma  # the difference of two finite values overflowed: scale first
-    else:
-        z = diff / sigma
+    # z = (x - x0) / sigma, or x / sigma - x0 / sigma where x - x0 of finite values overflows.
+    overflowed = math.isinf(diff) & (not (math.isinf(x) | math.isinf(x0)))
+    z = (x if overflowed else diff) / sigma - (x0 / sigma if overflowed else zero)
     zz = z * z
-    if zz > as_type(170, zz) and sigma < as_type(1, sigma):
-        # exp(-z*z/2) alone would be subnormal (float32) before a small sigma lifts it back
-        # into range: take it as two halves and divide in between.
-        half = math.exp(-zz / as_type(4, zz))
-        return half * (half / (as_type(_SQRT_2PI, z) * sigma))
-    return math.exp(-zz / as_type(2, zz)) / as_type(_SQRT_2PI, z) / sigma
+    # exp(-z*z/2) / c / sigma, with c = sqrt(2 pi); where exp(-z*z/2) alone would be subnormal
+    # (float32) before a small sigma lifts it back into range, e * (e / (c * sigma)) with
+    # e = exp(-z*z/4), the two halves.
+    split = (zz > as_type(170, zz)) & (sigma < as_type(1, sigma))
+    c = as_type(_SQRT_2PI, z)
+    e = math.exp(-zz * (as_type(0.25, zz) if split else as_type(0.5, zz)))
+    t = e / (c * sigma if split else c)
+    return e * t if split else t / sigma

@@ -14,8 +14,11 @@ Both compute with the same compiled scalar function, so results agree bit for bi
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numba
@@ -25,7 +28,8 @@ from numba.np.numpy_support import from_dtype
 
 from ...spec import KernelSpec
 from ..base import HOST, NUMPY_SCALAR, SCALAR, Arg, Executor, Plan, Target, is_contiguous
-from . import loops
+from . import loops, vecmath
+from .vecmath import with_vector_math
 
 #: ``target="auto"`` runs host arrays on ``parallel`` from this many output elements up, on
 #: ``cpu`` below (re-measure with ``benchmarks/bench_cpu.py`` when the loops change).
@@ -49,15 +53,19 @@ def auto_host_target(spec: KernelSpec, plan: Plan) -> str:
 
 
 # -- compiling ------------------------------------------------------------------------------------
-def _numba_object(spec: KernelSpec, target: str, cache: bool) -> Any:
+def _numba_object(spec: KernelSpec, target: str) -> Any:
+    # Built from the same vector-math copy as the flat loops (so that both paths agree bit for
+    # bit), and without Numba's disk cache: it keys entries by bytecode, which the copy shares
+    # with the original function (see vecmath.with_vector_math).
+    pyfunc = with_vector_math(spec.pyfunc)
     sigs = [loop.signature for loop in spec.loops]
-    opts = {"target": target, "cache": cache, "nopython": True}
+    opts = {"target": target, "cache": False, "nopython": True}
     if spec.layout is None:
-        return numba.vectorize(sigs, identity=_numba_identity(spec.identity), **opts)(spec.pyfunc)
+        return numba.vectorize(sigs, identity=_numba_identity(spec.identity), **opts)(pyfunc)
     # Numba refuses output-only core dimensions (numba#2797): outputs are compiled as writable
     # inputs, and the executors always allocate or validate ``out`` themselves.
     writable = tuple(range(spec.nin, spec.nin + spec.nout))
-    return numba.guvectorize(sigs, spec.layout.numba_layout, writable_args=writable, **opts)(spec.pyfunc)
+    return numba.guvectorize(sigs, spec.layout.numba_layout, writable_args=writable, **opts)(pyfunc)
 
 
 def _numba_identity(identity: float | None) -> int | str | None:
@@ -68,21 +76,19 @@ def _numba_identity(identity: float | None) -> int | str | None:
     return int(identity) if identity in (0, 1) else "reorderable"
 
 
-def _compile(spec: KernelSpec, target: str, build: Callable[[bool], Any]) -> Any:
-    """``build(cache)``, with the disk cache when Numba can cache the function (not for
-    functions defined in a REPL or notebook cell), errors named after kernel and target."""
+def _compile(spec: KernelSpec, target: str, build: Callable[[], Any]) -> Any:
+    """``build()``, with errors named after the kernel and the target."""
     try:
-        try:
-            return build(True)
-        except RuntimeError as exc:
-            if "cannot cache" not in str(exc):
-                raise
-            return build(False)
-    except KernelCompileError:
-        raise
+        return build()
     except Exception as exc:
         raise KernelCompileError(
             f"kernel {spec.name!r} failed to compile for target {target!r}: {exc}") from exc
+
+
+@functools.cache
+def _math_digest() -> str:
+    """What the compiled loops depend on besides the kernel: the vector math's source."""
+    return hashlib.sha256(Path(vecmath.__file__).read_bytes()).hexdigest()[:16]
 
 
 class CpuKernel:
@@ -97,17 +103,18 @@ class CpuKernel:
         self._scalar: Any = None
 
     def scalar(self) -> Any:
-        """The scalar function compiled with Numba, as every loop of this kernel calls it."""
+        """The scalar function compiled with Numba, as every loop of this kernel calls it: its
+        ``math`` functions replaced by ones that vectorize (see :mod:`.vecmath`). An elementwise
+        kernel's is inlined into the loops (:func:`.loops.inline_into_loops`)."""
         if self._scalar is None:
-            self._scalar = numba.njit(**loops.options())(self.spec.pyfunc)
+            self._scalar = numba.njit(**loops.options())(with_vector_math(self.spec.pyfunc))
         return self._scalar
 
     def numba_object(self) -> Any:
         """The Numba ``DUFunc`` (``cpu``), ``numpy.ufunc`` (``parallel``) or ``GUFunc``."""
         with self._lock:
             if self._numba is None:
-                self._numba = _compile(self.spec, self.target,
-                                       lambda cache: _numba_object(self.spec, self.target, cache))
+                self._numba = _compile(self.spec, self.target, lambda: _numba_object(self.spec, self.target))
         return self._numba
 
     def loops(self, dtype: np.dtype) -> tuple[Any, ...]:
@@ -117,10 +124,16 @@ class CpuKernel:
             with self._lock:
                 found = self._loops.get(dtype)
                 if found is None:
-                    make = loops.ufunc_loops if self.spec.layout is None else loops.gufunc_loops
                     source = self.spec.source_key
-                    key = None if source is None else f"{source}:{dtype}"
-                    found = self._loops[dtype] = make(self.scalar(), dtype.type, key)
+                    key = None if source is None else f"{source}:{dtype}:{_math_digest()}"
+                    if self.spec.layout is None:
+                        scalar = self.scalar()
+                        _compile(self.spec, self.target, lambda: loops.inline_into_loops(
+                            scalar, (from_dtype(dtype),) * self.spec.nin))
+                        found = loops.ufunc_loops(scalar, dtype.type, key)
+                    else:
+                        found = loops.gufunc_loops(self.scalar(), dtype.type, key)
+                    self._loops[dtype] = found
         return found
 
     def compile_loop(self, dispatcher: Any, argtypes: tuple[Any, ...]) -> Callable[..., None]:
@@ -128,7 +141,7 @@ class CpuKernel:
         entry point: called with exactly those types (the call signature guarantees it), it
         skips Numba's dispatch by argument types, 40% of a small call. It takes the inputs as
         one tuple (the loops' ``*args``)."""
-        return _compile(self.spec, self.target, lambda cache: dispatcher.compile(argtypes))
+        return _compile(self.spec, self.target, lambda: dispatcher.compile(argtypes))
 
 
 class CpuTarget(Target):

@@ -99,6 +99,24 @@ class _KeyedCache(FunctionCache):
         return sig, codegen.magic_tuple(), (code, self._key)
 
 
+def inline_into_loops(scalar: Any, argtypes: tuple[Any, ...]) -> None:
+    """Compile the scalar function for ``argtypes`` and mark it ``alwaysinline``.
+
+    A loop vectorizes only with the scalar function inlined into it, and LLVM's inliner gives
+    up on bodies above its size threshold: a kernel calling two vector-math functions (each
+    inlined into the kernel first) is already too big. Numba has no option for this, so the
+    attribute is set on the compiled function (a private part of Numba's code library) before
+    any loop links it in; where that fails, the loops still run, as calls.
+    """
+    scalar.compile(argtypes)
+    result = scalar.overloads[argtypes]
+    try:
+        module = result.library._final_module
+        module.get_function(result.fndesc.llvm_func_name).add_function_attribute("alwaysinline")
+    except (AttributeError, NameError):  # pragma: no cover - a Numba without these internals
+        pass
+
+
 def _jit(func: Callable[..., Any], key: str | None, **extra: Any) -> Any:
     dispatcher = numba.njit(**options(), **extra)(func)
     if key is not None:
