@@ -10,7 +10,8 @@ from .registry import float_signatures, get, gufunc, names, registry, ufunc
 from .scalar import as_type
 from .spec import KernelDefinitionError, Tolerance
 from .targets import CudaUnavailableError, TargetUnavailableError, available_targets
-from .targets.cpu import AUTO_PARALLEL_MIN_SIZE, AUTO_PARALLEL_MIN_SIZE_GUFUNC, KernelCompileError
+from .targets import set_parallel_min_size as set_auto_parallel_min_size
+from .targets.cpu import KernelCompileError
 
 __version__ = "0.1.0"
 
@@ -22,8 +23,6 @@ clamp = registry["clamp"]
 hermite_norm = registry["hermite_norm"]
 
 __all__ = [
-    "AUTO_PARALLEL_MIN_SIZE",
-    "AUTO_PARALLEL_MIN_SIZE_GUFUNC",
     "CudaUnavailableError",
     "Kernel",
     "KernelCompileError",
@@ -42,5 +41,6 @@ __all__ = [
     "hermite_norm",
     "names",
     "registry",
+    "set_auto_parallel_min_size",
     "ufunc",
 ]

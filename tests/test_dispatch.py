@@ -17,7 +17,6 @@ from scipy.stats import norm
 
 import gpufuncs as gf
 from gpufuncs.dispatch import kernel as kernel_module
-from gpufuncs.targets import cpu as cpu_target
 from gpufuncs.testing import compare
 
 HOST = ["cpu", "parallel"]
@@ -353,14 +352,35 @@ def _fresh_kernel(name):
                     replace=True)(fresh)
 
 
-def test_auto_picks_cpu_below_the_threshold_and_parallel_above(restore_registry, monkeypatch):
-    monkeypatch.setattr(cpu_target, "AUTO_PARALLEL_MIN_SIZE", 1000)  # the rule, not this machine's number
-    small = _fresh_kernel("dispatch_auto_small")
-    small(np.ones(999))
-    assert list(small._compiled) == ["cpu"]
-    large = _fresh_kernel("dispatch_auto_large")
-    r = large(np.ones((10, 100)))
-    assert list(large._compiled) == ["parallel"] and (r == 2).all()
+def test_auto_picks_cpu_below_the_threshold_and_parallel_above(restore_registry):
+    gf.set_auto_parallel_min_size(1000)  # the rule, not this machine's number
+    try:
+        small = _fresh_kernel("dispatch_auto_small")
+        small(np.ones(999))
+        assert list(small._compiled) == ["cpu"]
+        large = _fresh_kernel("dispatch_auto_large")
+        r = large(np.ones((10, 100)))
+        assert list(large._compiled) == ["parallel"] and (r == 2).all()
+    finally:
+        gf.set_auto_parallel_min_size(None)
+
+
+def test_auto_measures_the_crossover_once_per_kernel_and_dtype(restore_registry, monkeypatch):
+    from gpufuncs.targets.cpu import auto
+
+    kernel = _fresh_kernel("dispatch_auto_measured")
+    measured = []
+    original = auto._measure
+    monkeypatch.setattr(auto, "_measure", lambda *a: measured.append(a[1].loop.dtype) or original(*a))
+    monkeypatch.setattr(auto, "_crossovers", {})
+    x = np.linspace(0, 1, 50_000)
+    assert (kernel(x) == 2 * x).all() and (kernel(x[:40_000]) == 2 * x[:40_000]).all()
+    assert (kernel(x.astype(np.float32)) == 2 * x.astype(np.float32)).all()
+    assert measured == [np.float64, np.float32]
+    crossover = auto._crossovers[next(iter(auto._crossovers))]
+    assert crossover >= auto.ALWAYS_CPU  # a size, or inf where threads never pay
+    kernel(np.ones(10))  # far below any crossover: decided without measuring
+    assert len(measured) == 2
 
 
 def test_cuda_target_without_gpu_is_a_clear_error():

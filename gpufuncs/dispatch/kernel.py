@@ -309,7 +309,7 @@ class Kernel:
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         on_device = any(a.role == DEVICE for a in arrays)
         if target == "auto":
-            target = "cuda" if on_device else auto_host_target(self.spec, plan)
+            target = "cuda" if on_device else auto_host_target(self.spec, plan, self.compiled)
         elif on_device and target != "cuda":
             raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
                              f"not {target!r} (copy them to the host first)")

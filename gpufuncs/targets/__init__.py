@@ -22,6 +22,7 @@ from .base import (
     TargetUnavailableError,
 )
 from .cpu import CpuTarget, auto_host_target
+from .cpu.auto import set_parallel_min_size
 from .cuda.recognize import CudaArrays
 
 #: Targets by name. ``cuda`` is created on first use (importing gpufuncs must never need a GPU).
@@ -73,4 +74,5 @@ __all__ = [
     "auto_host_target",
     "available_targets",
     "get_target",
+    "set_parallel_min_size",
 ]

@@ -28,28 +28,23 @@ from numba.np.numpy_support import from_dtype
 
 from ...spec import KernelSpec
 from ..base import HOST, NUMPY_SCALAR, SCALAR, Arg, Executor, Plan, Target, is_contiguous
-from . import loops, vecmath
+from . import auto, loops, vecmath
 from .vecmath import with_vector_math
-
-#: ``target="auto"`` runs host arrays on ``parallel`` from this many output elements up, on
-#: ``cpu`` below (re-measure with ``benchmarks/bench_cpu.py`` when the loops change).
-AUTO_PARALLEL_MIN_SIZE = 10**9
-
-#: The same threshold for generalized kernels (counted in output elements).
-AUTO_PARALLEL_MIN_SIZE_GUFUNC = 10**4
 
 
 class KernelCompileError(RuntimeError):
     """Numba could not compile a kernel for a target; the message keeps Numba's."""
 
 
-def auto_host_target(spec: KernelSpec, plan: Plan) -> str:
-    """``cpu`` or ``parallel`` for host arrays under ``target="auto"``."""
-    size = 1
-    for d in plan.out_shapes[0]:
-        size *= d
-    threshold = AUTO_PARALLEL_MIN_SIZE_GUFUNC if spec.layout else AUTO_PARALLEL_MIN_SIZE
-    return "parallel" if size >= threshold else "cpu"
+def auto_host_target(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> str:
+    """``cpu`` or ``parallel`` for host arrays under ``target="auto"`` (see :mod:`.auto`);
+    ``compiled(target)`` gives the kernel's compiled object for a target."""
+    if _flat_order(spec, plan) is None:
+        # parallel would run Numba's parallel ufunc, which splits strided work into pieces too
+        # small to pay for the threads (slower than cpu at every size in this project's
+        # benchmarks before the flat loops existed); the measured crossover is the flat loops'.
+        return "cpu"
+    return auto.choose(spec, plan, compiled)
 
 
 # -- compiling ------------------------------------------------------------------------------------

@@ -22,9 +22,11 @@ from numba import prange, types
 from numba.core.caching import FunctionCache
 from numba.extending import overload
 
-#: Elements per chunk of the parallel loops: large enough that a chunk's start costs nothing,
-#: small enough that every thread gets several (the last ones balance the load).
-CHUNK = 1 << 15
+#: The parallel loops cut their work into at most this many contiguous chunks (Numba hands each
+#: thread a run of them; several per thread balance the load on up to 16 or so threads), of at
+#: least :data:`MIN_CHUNK` elements (below that a chunk's start costs too much).
+MAX_CHUNKS = 64
+MIN_CHUNK = 1 << 14
 
 
 def elements(args: tuple[Any, ...], i: int, cast: Any) -> tuple[Any, ...]:
@@ -58,6 +60,28 @@ def _flat_typing(args):
     if isinstance(args[0], types.Array):
         return lambda args: (args[0].reshape(args[0].size),) + flat(args[1:])
     return lambda args: (args[0],) + flat(args[1:])
+
+
+def sliced(args: tuple[Any, ...], lo: int, hi: int) -> tuple[Any, ...]:
+    """The arguments with every array cut to its rows ``lo:hi`` (scalars as they are)."""
+    return tuple(a[lo:hi] if getattr(a, "ndim", 0) else a for a in args)
+
+
+@overload(sliced, inline="always")
+def _sliced_typing(args, lo, hi):
+    if len(args) == 0:
+        return lambda args, lo, hi: ()
+    if isinstance(args[0], types.Array):
+        return lambda args, lo, hi: (args[0][lo:hi],) + sliced(args[1:], lo, hi)
+    return lambda args, lo, hi: (args[0],) + sliced(args[1:], lo, hi)
+
+
+@numba.njit(nogil=True, cache=True)
+def chunks(rows: int, row_size: int) -> int:
+    """How many contiguous chunks the parallel loops cut ``rows`` rows into (a constant bound,
+    not Numba's thread count: reading that makes a function uncacheable)."""
+    per_chunk = max(1, MIN_CHUNK // max(1, row_size))
+    return max(1, min(MAX_CHUNKS, rows // per_chunk))
 
 
 def rows(outs: tuple[Any, ...], i: int) -> tuple[Any, ...]:
@@ -128,15 +152,20 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple
     """``(loop, masked, parallel)`` dispatchers of an elementwise kernel computing in ``cast``.
 
     ``loop(out, *args)`` writes ``out[i] = f(*args at i)`` (storing casts to ``out``'s dtype),
-    ``masked(out, where, *args)`` only where ``where[i]``, ``parallel(out, *args)`` in chunks
-    spread over Numba's threads. Arrays are C-contiguous of the output's shape (any number of
+    ``masked(out, where, *args)`` only where ``where[i]``, ``parallel(out, *args)`` the same as
+    ``loop`` over a few contiguous chunks per thread, each chunk running the serial loop (so it
+    vectorizes the same way). Arrays are C-contiguous of the output's shape (any number of
     dimensions: the loops see them flat). ``key`` keys their disk cache (``None``: none).
     """
 
-    def loop(out, *args):
-        out, args = out.reshape(out.size), flat(args)
+    def body(out, *args):
         for i in range(out.size):
             out[i] = scalar(*elements(args, i, cast))
+
+    serial = _jit(body, key)
+
+    def loop(out, *args):
+        serial(out.reshape(out.size), *flat(args))
 
     def masked(out, where, *args):
         out, where, args = out.reshape(out.size), where.reshape(where.size), flat(args)
@@ -147,9 +176,10 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple
     def parallel(out, *args):
         out, args = out.reshape(out.size), flat(args)
         n = out.size
-        for c in prange((n + CHUNK - 1) // CHUNK):
-            for i in range(c * CHUNK, min(c * CHUNK + CHUNK, n)):
-                out[i] = scalar(*elements(args, i, cast))
+        pieces = chunks(n, 1)
+        for c in prange(pieces):
+            lo, hi = c * n // pieces, (c + 1) * n // pieces
+            serial(out[lo:hi], *sliced(args, lo, hi))
 
     return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
 
@@ -158,18 +188,21 @@ def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tupl
     """``(loop, parallel)`` dispatchers of a generalized kernel computing in ``cast``.
 
     ``loop(outs, *args)`` calls ``f(*args at i, *rows of outs at i)`` for every row ``i`` of the
-    outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it).
+    outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it);
+    ``parallel`` runs it over contiguous chunks of rows, a few per thread.
     """
 
-    def loop(outs, *args):
+    def body(outs, *args):
         for i in range(outs[0].shape[0]):
             scalar(*(elements(args, i, cast) + rows(outs, i)))
 
+    serial = _jit(body, key)
+
     def parallel(outs, *args):
         n = outs[0].shape[0]
-        chunk = max(1, CHUNK // max(1, outs[0].size // max(1, n)))
-        for c in prange((n + chunk - 1) // chunk):
-            for i in range(c * chunk, min(c * chunk + chunk, n)):
-                scalar(*(elements(args, i, cast) + rows(outs, i)))
+        pieces = chunks(n, outs[0].size // max(1, n))
+        for c in prange(pieces):
+            lo, hi = c * n // pieces, (c + 1) * n // pieces
+            serial(sliced(outs, lo, hi), *sliced(args, lo, hi))
 
-    return _jit(loop, key), _jit(parallel, key, parallel=True)
+    return serial, _jit(parallel, key, parallel=True)

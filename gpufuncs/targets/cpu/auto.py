@@ -1,0 +1,138 @@
+"""``target="auto"`` on host arrays: ``cpu`` or ``parallel``, from this machine's measurements.
+
+A call of ``n`` loop elements costs about ``a + b*n`` on ``cpu`` and ``a' + b'*n`` on
+``parallel``, where ``a' > a`` is the cost of starting Numba's threads and ``b' < b`` the work
+shared among them. The crossover ``(a' - a) / (b - b')`` depends on the kernel, the dtype, the
+number of threads and the machine, so it is measured: the first ``auto`` call of a kernel and
+dtype whose size could fall on either side times both flat loops at two sizes (a few
+milliseconds, once per process) and keeps the crossover. Below :data:`ALWAYS_CPU` elements it
+picks ``cpu`` without measuring (no machine starts threads that fast). On a machine whose memory
+bandwidth one core already saturates, a memory-bound kernel may never gain from threads: its
+crossover is then infinite, and ``auto`` stays on ``cpu`` at every size.
+
+:func:`set_parallel_min_size` (or the environment variable ``GPUFUNCS_AUTO_PARALLEL_MIN_SIZE``)
+replaces the measurement with a fixed threshold.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+
+from ...spec import KernelSpec
+from ..base import HOST, SCALAR, Arg, Plan
+
+#: Below this many loop elements ``auto`` always picks ``cpu``.
+ALWAYS_CPU = 1 << 12
+#: The two calibration sizes (loop elements).
+_SIZES = (1 << 13, 1 << 17)
+
+_fixed: int | None = None
+_crossovers: dict[tuple[Any, ...], float] = {}
+_lock = threading.Lock()
+
+
+def set_parallel_min_size(size: int | None) -> None:
+    """Run ``auto`` host calls on ``parallel`` from ``size`` loop elements up, for every kernel.
+
+    Parameters
+    ----------
+    size : int or None
+        The threshold; ``None`` goes back to the crossover measured per kernel and dtype.
+    """
+    global _fixed
+    _fixed = None if size is None else int(size)
+
+
+def parallel_min_size(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> float:
+    """The loop size from which ``parallel`` beats ``cpu`` for this kernel and dtype (measured
+    once, or the fixed threshold; ``inf`` with one thread)."""
+    if _fixed is not None:
+        return _fixed
+    if numba.get_num_threads() < 2:
+        return float("inf")
+    key = (spec.name, id(spec), plan.loop.dtype, tuple(sorted(plan.core_sizes.items())))
+    found = _crossovers.get(key)
+    if found is None:
+        with _lock:
+            found = _crossovers.get(key)
+            if found is None:
+                found = _crossovers[key] = _measure(spec, plan, compiled)
+    return found
+
+
+def choose(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> str:
+    """``cpu`` or ``parallel`` for a host call of this plan under ``target="auto"``."""
+    n = plan.size
+    if _fixed is None and n < ALWAYS_CPU:
+        return "cpu"
+    return "parallel" if n >= parallel_min_size(spec, plan, compiled) else "cpu"
+
+
+def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> float:
+    """Time both targets' flat loops at two sizes on synthetic inputs; the crossover."""
+    from . import CpuTarget  # the targets themselves: the very executors calls would run
+
+    lines = {}
+    for target in ("cpu", "parallel"):
+        times = []
+        for n in _SIZES:
+            synthetic, args = _synthetic(spec, plan, n)
+            execute = CpuTarget(target).prepare(spec, compiled(target), synthetic)
+            times.append(_best_time(lambda execute=execute, args=args: execute(args, None, True, None)))
+        slope = (times[1] - times[0]) / (_SIZES[1] - _SIZES[0])
+        lines[target] = (times[0] - slope * _SIZES[0], slope)
+    (a, b), (a_par, b_par) = lines["cpu"], lines["parallel"]
+    if b_par >= b:
+        return float("inf")
+    return max(float(ALWAYS_CPU), (a_par - a) / (b - b_par))
+
+
+def _best_time(run: Callable[[], Any], repeat: int = 5) -> float:
+    run()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _synthetic(spec: KernelSpec, plan: Plan, n: int) -> tuple[Plan, tuple[Any, ...]]:
+    """A plan of ``n`` loop elements like ``plan`` (contiguous arrays, scalars where it has
+    scalars), and arguments for it inside the kernel's declared domains."""
+    dtype = plan.loop.dtype
+    infos, args = [], []
+    for name, arg, core in zip(spec.input_names, plan.inputs, plan.cores):
+        low, high = spec.domains.get(name, (-1.0, 1.0))
+        low, high = max(low, -1.0), min(high, 1.0)
+        if not arg.is_array and not core:
+            value = (low + high) / 2 or 0.5
+            infos.append(Arg(SCALAR, float, float))
+            args.append(float(value))
+            continue
+        shape = (n, *arg.shape[len(arg.shape) - core:]) if core else (n,)
+        values = np.linspace(low, high, int(np.prod(shape)), dtype=dtype).reshape(shape)
+        infos.append(Arg(HOST, np.ndarray, dtype, values.shape, values.strides))
+        args.append(values)
+    cores = plan.cores[spec.nin:]
+    out_shapes = tuple((n, *shape[len(shape) - core:]) for shape, core in zip(plan.out_shapes, cores))
+    synthetic = Plan(loop=plan.loop, result_dtype=dtype, loop_shape=(n,), out_shapes=out_shapes,
+                     core_sizes=plan.core_sizes, inputs=tuple(infos), cores=plan.cores)
+    return synthetic, tuple(args)
+
+
+def fixed_from_environment() -> None:
+    """Apply ``GPUFUNCS_AUTO_PARALLEL_MIN_SIZE`` if it is set (an integer)."""
+    value = os.environ.get("GPUFUNCS_AUTO_PARALLEL_MIN_SIZE")
+    if value:
+        set_parallel_min_size(int(value))
+
+
+fixed_from_environment()
