@@ -1,17 +1,21 @@
 """CPU benchmark: every registered kernel on ``cpu``, ``parallel`` and ``auto`` against NumPy/SciPy.
 
-Run ``python benchmarks/bench_cpu.py`` (about five minutes on 2 cores) or ``--quick`` (n up to
-10^6, fewer repetitions, no crossover sweep). Needs SciPy (``pip install ".[bench]"``).
+Run ``python benchmarks/bench_cpu.py`` (several minutes on 2 cores), ``--quick`` (n up to 10^6,
+fewer repetitions, no crossover sweep, nothing saved) or ``--large`` (adds n = 10^8 for
+``gaussian`` float64: 1.6 GB per call, for machines with many cores). Needs SciPy
+(``pip install ".[bench]"``).
 
 Three tables, saved with :func:`harness.save_results` under ``benchmarks/results/``:
 
 - ``cpu``: times (µs) and ratios at n = 10, 10^4, 10^6, 10^7 for float32 and float64, against
   the NumPy expression of each kernel (and ``scipy.stats.norm.pdf`` for ``gaussian``).
-  ``hermite_norm`` runs with 8 orders, so n counts samples and each call writes 8n values.
+  ``hermite_norm`` runs with 32 orders, so n counts samples and each call writes 32n values
+  (up to 10^6 samples).
 - ``cpu_overhead``: the public call at n = 10 against the bare Numba ufunc of the ``cpu``
-  target (``gf.get(name, "cpu")``) called with the same arguments.
-- ``cpu_crossover``: ``cpu`` against ``parallel`` on a finer size grid (float64), the output
-  size from which ``parallel`` wins, which sets ``gpufuncs.dispatch.AUTO_PARALLEL_MIN_SIZE``.
+  target (``gf.get(name, "cpu")``) called with the same arguments; with ``out=`` and with
+  ``where=`` against the bare call with ``out=``.
+- ``cpu_crossover``: ``cpu`` against ``parallel`` on a finer size grid (float64), and the
+  crossover ``auto`` measured for itself on this machine (``gpufuncs.targets.cpu.auto``).
 
 As in NumPy's ``bench_ufunc.py``, the tables are generated from the registry and the script
 refuses to run when a registered kernel has no entry in :data:`CASES`.
@@ -30,10 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 from numpy.polynomial.hermite_e import hermevander
 
 import gpufuncs as gf
+from gpufuncs.targets.cpu import auto
 
 try:  # run as a script (python benchmarks/bench_cpu.py) or as a module (-m benchmarks.bench_cpu)
     from harness import format_table, machine_info, measure, save_results
@@ -44,9 +50,11 @@ TARGETS = ("cpu", "parallel", "auto")
 DTYPES = (np.float32, np.float64)
 SIZES = (10, 10**4, 10**6, 10**7)
 QUICK_SIZES = (10, 10**4, 10**6)
-CROSSOVER_SIZES = (*(m * 10**e for e in range(3, 7) for m in (1, 3)), 10**7)
+LARGE = ("gaussian", np.float64, 10**8)  # --large: parallel against cpu on many cores
+CROSSOVER_SIZES = (*(m * 10**e for e in range(3, 6) for m in (1, 3)), 10**6)
 OVERHEAD_SIZE = 10
-ORDERS = 8  # hermite_norm's n in every table
+ORDERS = 32  # hermite_norm's n in every table
+MAX_OUTPUTS = 10**8  # output elements per call (hermite_norm stops at 10^6 samples)
 X0, SIGMA = 0.5, 1.5
 SQRT_2PI = math.sqrt(2 * math.pi)
 
@@ -70,9 +78,17 @@ def _bare_call(compiled, *args):
     return compiled(*args)
 
 
+def _bare_out(compiled, out, *args):
+    return compiled(*args, out=out)
+
+
 def _hermite_bare(compiled, x, n):
     # Numba gufuncs cannot allocate output-only core dimensions: the bare call gets a new ``out``.
     return compiled(x, np.empty((*x.shape, n), x.dtype))
+
+
+def _hermite_bare_out(compiled, out, x, n):
+    return compiled(x, out)
 
 
 @dataclass(frozen=True)
@@ -95,13 +111,15 @@ class Case:
     expressions: dict[str, Callable[..., Any]]
     outputs_per_sample: int = 1
     bare: Callable[..., Any] = _bare_call
+    bare_out: Callable[..., Any] = _bare_out
 
 
 CASES: dict[str, Case] = {
     "gaussian": Case(lambda x: (x, X0, SIGMA), {"numpy": _gaussian_numpy, "scipy": _gaussian_scipy}),
     "exp": Case(lambda x: (x,), {"numpy": np.exp}),
     "clamp": Case(lambda x: (x, -1.0, 1.0), {"numpy": np.clip}),
-    "hermite_norm": Case(lambda x: (x, ORDERS), {"numpy": _hermite_numpy}, ORDERS, _hermite_bare),
+    "hermite_norm": Case(lambda x: (x, ORDERS), {"numpy": _hermite_numpy}, ORDERS, _hermite_bare,
+                         _hermite_bare_out),
 }
 
 
@@ -155,13 +173,22 @@ def main_row(name: str, dtype: type, n: int, quick: bool) -> dict[str, Any]:
 
 
 def overhead_row(name: str, dtype: type) -> dict[str, Any]:
-    """Public call vs the bare Numba ``cpu`` ufunc at ``OVERHEAD_SIZE`` elements."""
+    """Public call vs the bare Numba ``cpu`` ufunc at ``OVERHEAD_SIZE`` elements: plain, and
+    with ``out=`` and ``where=`` against the bare call with ``out=``."""
     case, kernel = CASES[name], gf.registry[name]
     args, compiled = case.args(samples(OVERHEAD_SIZE, dtype)), gf.get(name, "cpu")
+    out = np.empty_like(kernel(*args))
+    where = np.ones(out.shape[: out.ndim - (1 if kernel.signature else 0)], bool)
     times = timed({"public": lambda: kernel(*args), "public cpu": lambda: kernel(*args, target="cpu"),
-                   "bare": lambda: case.bare(compiled, *args)}, OVERHEAD_SIZE, False)
+                   "public out=": lambda: kernel(*args, out=out),
+                   "public where=": lambda: kernel(*args, out=out, where=where),
+                   "bare": lambda: case.bare(compiled, *args),
+                   "bare out=": lambda: case.bare_out(compiled, out, *args)}, OVERHEAD_SIZE, False)
     row: dict[str, Any] = {"kernel": name, "dtype": np.dtype(dtype).name, **times}
     row["public/bare"] = row["public"] / row["bare"]
+    row["cpu/bare"] = row["public cpu"] / row["bare"]
+    row["out/bare out"] = row["public out="] / row["bare out="]
+    row["where/bare out"] = row["public where="] / row["bare out="]
     return row
 
 
@@ -206,22 +233,42 @@ def import_seconds(repeat: int = 7) -> float:
 
 def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]],
              imported: float) -> dict[str, str]:
-    """The issue's targets for this machine, each with its measured figure."""
-    gauss = next(r for r in main if (r["kernel"], r["dtype"], r["n"]) == ("gaussian", "float64", 10**6))
-    over = max(overhead, key=lambda r: r["public/bare"])
+    """The issues' targets for this machine, each with its measured figure."""
+    def find(name: str, dtype: str, n: int) -> dict[str, Any] | None:
+        return next((r for r in main if (r["kernel"], r["dtype"], r["n"]) == (name, dtype, n)), None)
+
+    def verdict(value: float, limit: float, where: str = "", at_least: bool = False) -> str:
+        met = value >= limit if at_least else value <= limit
+        sign = ">=" if at_least else "<="
+        return f"{value:.2f} ({sign} {limit}) {'met' if met else 'NOT MET'} {where}".strip()
+
+    found = {"import gpufuncs beyond numba (s)": verdict(imported, 0.5)}
+    limits = {"clamp": 1.0, "exp": 1.25, "gaussian": 0.5, "hermite_norm": 0.5}
+    for name, limit in limits.items():
+        for dtype in ("float32", "float64"):
+            row = find(name, dtype, 10**6)
+            if row:
+                found[f"{name} {dtype} n=1e6 auto/numpy"] = verdict(row["auto/np"], limit)
+    if (os.cpu_count() or 1) >= 8:
+        for name in ("gaussian", "exp"):
+            for dtype in ("float32", "float64"):
+                row = find(name, dtype, 10**7)
+                if row:
+                    label = f"{name} {dtype} n=1e7 auto/numpy ({os.cpu_count()} cores)"
+                    found[label] = verdict(row["auto/np"], 0.3)
+        row = find("gaussian", "float64", 10**8)
+        if row:
+            found["gaussian float64 n=1e8 cpu/parallel"] = verdict(row["cpu"] / row["parallel"], 10, "", True)
     auto = max(main, key=lambda r: r["auto/best"])
-
-    def verdict(value: float, limit: float, where: str) -> str:
-        return f"{value:.2f} (limit {limit}) {'met' if value <= limit else 'NOT MET'} {where}"
-
-    return {
-        "import gpufuncs beyond numba (s)": verdict(imported, 0.5, ""),
-        "gaussian float64 n=1e6 cpu/numpy": verdict(gauss["cpu/np"], 1.0, ""),
-        "overhead n=10 public/bare (worst)": verdict(
-            over["public/bare"], 2.0, f"[{over['kernel']} {over['dtype']}]"),
-        "auto/best(cpu, parallel) (worst)": verdict(
-            auto["auto/best"], 1.2, f"[{auto['kernel']} {auto['dtype']} n={auto['n']}]"),
-    }
+    found["auto/best(cpu, parallel) (worst)"] = verdict(
+        auto["auto/best"], 1.1, f"[{auto['kernel']} {auto['dtype']} n={auto['n']}]")
+    f64 = [r for r in overhead if r["dtype"] == "float64"]
+    for column, limit in (("public/bare", 1.5), ("cpu/bare", 1.5), ("out/bare out", 2.0),
+                          ("where/bare out", 2.0)):
+        worst = max(f64, key=lambda r: r[column])
+        found[f"overhead n=10 float64 {column} (worst)"] = verdict(worst[column], limit,
+                                                                  f"[{worst['kernel']}]")
+    return found
 
 
 def report(title: str, name: str, rows: list[dict[str, Any]], meta: dict[str, Any], save: bool) -> None:
@@ -238,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="n <= 10^6, fewer repeats, no crossover; "
                         "results are printed, not saved")
+    parser.add_argument("--large", action="store_true", help="add gaussian float64 at n=10^8")
     parser.add_argument("--name", default="cpu", help="results file name (default: cpu), e.g. to keep "
                         "a run with another NUMBA_THREADING_LAYER apart")
     opts = parser.parse_args(argv)
@@ -245,16 +293,20 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()[0]  # other work on the machine skews every figure
     sizes = QUICK_SIZES if opts.quick else SIZES
     main_rows = [main_row(name, dtype, n, opts.quick) for name in gf.names() for dtype in DTYPES
-                 for n in sizes]
+                 for n in sizes if n * CASES[name].outputs_per_sample <= MAX_OUTPUTS]
+    if opts.large:
+        main_rows.append(main_row(LARGE[0], LARGE[1], LARGE[2], quick=True))
     overhead = [overhead_row(name, dtype) for name in gf.names() for dtype in DTYPES]
     cross = [] if opts.quick else [row for name in gf.names() for row in crossover_rows(name)]
-    meta = machine_info({"load average (1 min) before": load_before,
-                         "auto_parallel_min_size": gf.AUTO_PARALLEL_MIN_SIZE, "unit": "µs per call",
+    meta = machine_info({"load average (1 min) before": load_before, "unit": "µs per call",
+                         "numba threads": numba.get_num_threads(),
                          **verdicts(main_rows, overhead, import_seconds())})
     meta["load average (1 min) after"] = os.getloadavg()[0]  # near 1 on 2 cores: undisturbed
     if cross:
         meta["crossover (output elements)"] = {
             name: crossover([r for r in cross if r["kernel"] == name]) for name in gf.names()}
+        meta["auto's measured crossovers (loop elements)"] = {
+            f"{key[0]} {key[2]}": value for key, value in auto._crossovers.items()}
     save = not opts.quick
     report("times (µs) and ratios; np = the NumPy expression", opts.name, main_rows, meta, save)
     report(f"call overhead at n={OVERHEAD_SIZE} (µs)", f"{opts.name}_overhead", overhead, meta, save)

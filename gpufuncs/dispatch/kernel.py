@@ -33,7 +33,7 @@ from ..targets import (
     get_target,
 )
 from . import methods
-from .args import call_key, device_arrays_of, overrides_array_ufunc
+from .args import arg_key, call_key, device_arrays_of, overrides_array_ufunc
 from .plan import (
     KEYWORDS,
     Call,
@@ -257,7 +257,12 @@ class Kernel:
     # -- the call -----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
-        key = call_key(args, kwargs)
+        if not kwargs:  # call_key's commonest cases, inlined: this runs on every call
+            key = tuple(map(arg_key, args))
+        elif len(kwargs) == 1 and "target" in kwargs:
+            key = (*map(arg_key, args), "target", kwargs["target"])
+        else:
+            key = call_key(args, kwargs)
         if self._sizes is not None:
             key = (key, args[self._sizes])
         try:

@@ -195,7 +195,7 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
     order = "F" if plan.order == "F" and len(plan.loop_shape) > 1 else "C"
     if spec.layout is not None:
         order = "C"
-        if plan.where is not None or plan.result_dtype != plan.loop.dtype:
+        if plan.result_dtype != plan.loop.dtype:
             return None
     elif plan.result_dtype != plan.loop.dtype:  # float16 results
         return None
@@ -317,8 +317,8 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
 
 def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
-    loop, threaded = compiled.loops(plan.loop.dtype)
-    run = threaded if parallel else loop
+    loop, masked, threaded = compiled.loops(plan.loop.dtype)
+    run = masked if plan.where is not None else threaded if parallel else loop
     n = plan.size
     ints = _int_scalars(plan)
     # Arrays as the loop takes them: ``(n, *core)`` (``(n,)`` without core dimensions), a
@@ -333,7 +333,8 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         nbtypes.Array(from_dtype(a.dtype), len(r or a.shape), "C") if a.is_array else t
         for a, r, t in zip(plan.inputs, rows, _numba_args(plan))))
     outs_type = nbtypes.Tuple(tuple(nbtypes.Array(from_dtype(dtype), len(r), "C") for r in out_rows))
-    run = compiled.compile_loop(run, (outs_type, args_type))
+    masks = () if plan.where is None else (nbtypes.Array(nbtypes.boolean, len(plan.where.shape), "C"),)
+    run = compiled.compile_loop(run, (outs_type, *masks, args_type))
 
     if not ints and not any(rows) and out_rows == list(plan.out_shapes):
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
@@ -341,7 +342,10 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
                 outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
             else:
                 inputs = _read_before_write(inputs, outs)
-            run(outs, inputs)
+            if where is True:
+                run(outs, inputs)
+            else:
+                run(outs, where, inputs)
             return outs
 
         return execute_flat
@@ -357,7 +361,8 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         for i, shape in enumerate(rows):
             if shape is not None:
                 args[i] = args[i].reshape(shape)
-        run(tuple(o if o.shape == r else o.reshape(r) for o, r in zip(outs, out_rows)), tuple(args))
+        shaped = tuple(o if o.shape == r else o.reshape(r) for o, r in zip(outs, out_rows))
+        run(shaped, *(() if where is True else (where,)), tuple(args))
         return tuple(outs)
 
     return execute

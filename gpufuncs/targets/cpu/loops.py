@@ -184,17 +184,24 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple
     return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
 
 
-def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple[Any, Any]:
-    """``(loop, parallel)`` dispatchers of a generalized kernel computing in ``cast``.
+def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple[Any, Any, Any]:
+    """``(loop, masked, parallel)`` dispatchers of a generalized kernel computing in ``cast``.
 
     ``loop(outs, *args)`` calls ``f(*args at i, *rows of outs at i)`` for every row ``i`` of the
     outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it);
-    ``parallel`` runs it over contiguous chunks of rows, a few per thread.
+    ``masked(outs, where, *args)`` only for the rows where ``where[i]``; ``parallel`` runs the
+    loop over contiguous chunks of rows, a few per thread.
     """
 
     def body(outs, *args):
         for i in range(outs[0].shape[0]):
             scalar(*(elements(args, i, cast) + rows(outs, i)))
+
+    def masked(outs, where, *args):
+        where = where.reshape(where.size)
+        for i in range(outs[0].shape[0]):
+            if where[i]:
+                scalar(*(elements(args, i, cast) + rows(outs, i)))
 
     serial = _jit(body, key)
 
@@ -205,4 +212,4 @@ def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tupl
             lo, hi = c * n // pieces, (c + 1) * n // pieces
             serial(sliced(outs, lo, hi), *sliced(args, lo, hi))
 
-    return serial, _jit(parallel, key, parallel=True)
+    return serial, _jit(masked, key), _jit(parallel, key, parallel=True)
