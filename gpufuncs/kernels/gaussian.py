@@ -41,11 +41,13 @@ def gaussian(x, x0, sigma):
     # Written without branches on the data (each choice a select between values computed
     # either way) and with one exp, so that a loop of this kernel vectorizes; every result is
     # the one of the plain formulas in the comments.
-    zero = as_type(0, x)
-    diff = x - x0
-    # z = (x - x0) / sigma, or x / sigma - x0 / sigma where x - x0 of finite values overflows.
-    overflowed = math.isinf(diff) & (not (math.isinf(x) | math.isinf(x0)))
-    z = (x if overflowed else diff) / sigma - (x0 / sigma if overflowed else zero)
+    one = as_type(1, x)
+    # z = (x - x0) / sigma; where x - x0 overflows, ((x/2 - x0/2) / sigma) * 2 (halves cannot
+    # overflow, and the scaling by powers of two is exact). With an infinite x or x0 both give
+    # the same z: an infinite one, or NaN for inf - inf.
+    overflowed = math.isinf(x - x0)
+    half = as_type(0.5, x) if overflowed else one
+    z = ((x * half - x0 * half) / sigma) * (as_type(2, x) if overflowed else one)
     zz = z * z
     # exp(-z*z/2) / c / sigma, with c = sqrt(2 pi); where exp(-z*z/2) alone would be subnormal
     # (float32) before a small sigma lifts it back into range, e * (e / (c * sigma)) with
