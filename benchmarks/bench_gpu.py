@@ -322,8 +322,7 @@ def main() -> None:
                          "targets": summary})
     slug = "h100" if "H100" in gpu else gpu.lower().replace(" ", "-")
     path = save_results(f"gpu-{slug}", rows, COLUMNS, meta)
-    with path.open("a") as f:
-        f.write("\n" + format_table(small, list(small[0])) + "\n\n" + "\n".join(summary) + "\n")
+    save_results(f"gpu-{slug}_small", small, list(small[0]), meta)
     print(path.read_text())
 
 
