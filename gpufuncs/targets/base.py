@@ -97,6 +97,15 @@ class Plan:
         return n
 
 
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, order: str = "C") -> bool:
     """Whether an array of ``shape`` and byte ``strides`` is contiguous in ``order`` ('C'/'F')."""
     if order == "F":
@@ -107,6 +116,29 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
             return False
         step *= n
     return True
+
+
+def read_before_write(inputs: Any, outs: tuple[Any, ...]) -> Any:
+    """``inputs`` with each host array that shares memory with an output, other than that
+    output element for element, replaced by a copy: NumPy's result is that of a call that reads
+    every input before writing anything, and loops (and chunks) write as they go."""
+    copied = None
+    for i, a in enumerate(inputs):
+        if type(a) is np.ndarray:
+            for o in outs:
+                # Two distinct arrays that own their memory cannot overlap (cheap, and common).
+                if a is o or (a.base is None and o.base is None):
+                    continue
+                if np.may_share_memory(a, o) and not _same_elements(a, o):
+                    copied = copied or list(inputs)
+                    copied[i] = a.copy()
+                    break
+    return inputs if copied is None else type(inputs)(copied)
+
+
+def _same_elements(a: np.ndarray, o: np.ndarray) -> bool:
+    return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype) == \
+        (o.__array_interface__["data"][0], o.shape, o.strides, o.dtype)
 
 
 #: ``executor(inputs, outs, where, stream) -> outputs``: runs one validated call signature.

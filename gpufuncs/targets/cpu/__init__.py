@@ -27,7 +27,17 @@ from numba.core import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
 from ...spec import KernelSpec
-from ..base import HOST, NUMPY_SCALAR, SCALAR, Arg, Executor, Plan, Target, is_contiguous
+from ..base import (
+    HOST,
+    NUMPY_SCALAR,
+    SCALAR,
+    Arg,
+    Executor,
+    Plan,
+    Target,
+    is_contiguous,
+    read_before_write,
+)
 from . import auto, loops, vecmath
 from .vecmath import with_vector_math
 
@@ -246,28 +256,6 @@ def _int_scalars(plan: Plan) -> list[int]:
     return [i for i, a in enumerate(plan.inputs) if a.role == SCALAR and a.dtype is int]
 
 
-def _read_before_write(inputs: Any, outs: tuple[Any, ...]) -> Any:
-    """Inputs that share memory with an output, other than the output itself, read from a copy:
-    NumPy's result is that of a call that reads every input before writing anything."""
-    copied = None
-    for i, a in enumerate(inputs):
-        if type(a) is np.ndarray:
-            for o in outs:
-                # Two distinct arrays that own their memory cannot overlap (cheap, and common).
-                if a is o or (a.base is None and o.base is None):
-                    continue
-                if np.may_share_memory(a, o) and not _same_memory(a, o):
-                    copied = copied or list(inputs)
-                    copied[i] = a.copy()
-                    break
-    return inputs if copied is None else type(inputs)(copied)
-
-
-def _same_memory(a: np.ndarray, o: np.ndarray) -> bool:
-    return (a.__array_interface__["data"][0] == o.__array_interface__["data"][0]
-            and a.strides == o.strides and a.dtype == o.dtype)
-
-
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
     loop, masked, threaded = compiled.loops(plan.loop.dtype)
     ints = _int_scalars(plan)
@@ -286,14 +274,14 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
                 out = np.empty(shape, dtype)
                 run(out, inputs)
                 return (out,)
-            run(outs[0], _read_before_write(inputs, outs))
+            run(outs[0], read_before_write(inputs, outs))
             return outs
 
         return execute
 
     if not ints and not transposed and plan.outs is not None:
         def execute_masked(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            run(outs[0], where, _read_before_write(inputs, outs))
+            run(outs[0], where, read_before_write(inputs, outs))
             return outs
 
         return execute_masked
@@ -304,7 +292,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
             args[i] = float(args[i])
         if outs is not None:
             out = outs[0]
-            args = _read_before_write(args, outs)
+            args = read_before_write(args, outs)
         else:
             out = np.empty(shape, dtype, order=order)
         masks = () if where is True else (where,)
@@ -341,7 +329,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
             if outs is None:
                 outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
             else:
-                inputs = _read_before_write(inputs, outs)
+                inputs = read_before_write(inputs, outs)
             if where is True:
                 run(outs, inputs)
             else:
@@ -355,7 +343,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         for i in ints:
             args[i] = float(args[i])
         if outs is not None:
-            args = _read_before_write(args, outs)
+            args = read_before_write(args, outs)
         else:
             outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
         for i, shape in enumerate(rows):
@@ -388,7 +376,7 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
             compute(args, out)
             return (out,)
         given = outs[0]
-        args = _read_before_write(args, outs)
+        args = read_before_write(args, outs)
         if where is True and direct:
             compute(args, given)
             return (given,)
@@ -411,7 +399,7 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan) -> Executor:
         args = [np.asarray(a, dtype=dtype) for a in inputs]
         given = outs or (None,) * len(plan.out_shapes)
         if outs is not None:
-            args = _read_before_write(args, outs)
+            args = read_before_write(args, outs)
         # Outputs are writable *inputs* of the Numba gufunc, so NumPy would cast a mismatched
         # dtype into a temporary and the writes would be lost: such outputs go through a buffer.
         direct = where is True

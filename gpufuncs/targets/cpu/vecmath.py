@@ -638,123 +638,43 @@ def _call_numpy(ufunc: np.ufunc, *args: SupportsFloat) -> np.floating:
         return ufunc(*(_operand(a) for a in args))
 
 
-def exp(x: SupportsFloat) -> np.floating:
-    """Exponential ``e**x``; inf on overflow, 0 or a subnormal on underflow.
+def _public(name: str, ufunc: np.ufunc, summary: str) -> Callable[..., np.floating]:
+    """The public function ``name``: NumPy's ``ufunc`` on scalars from Python (the overload
+    registered below replaces it in compiled code)."""
+    binary = name == "pow"
+
+    def function(*args: SupportsFloat) -> np.floating:
+        if len(args) != 1 + binary:
+            raise TypeError(f"{name}() takes {1 + binary} argument(s), got {len(args)}")
+        return _call_numpy(ufunc, *args)
+
+    arguments = "x, y : float\n        Base and exponent" if binary else "x : float\n        The argument"
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"""{summary}
 
     Parameters
     ----------
-    x : float
-        The argument; an integer counts as float64.
+    {arguments}; an integer counts as float64.
 
     Returns
     -------
     numpy.floating
-        From Python, ``np.exp``'s result (float32 for float32 arguments, else float64)
-        without warnings; in Numba-compiled code, the vectorizable implementation.
+        From Python, ``np.{ufunc.__name__}``'s result (float32 for float32 arguments, else
+        float64) without warnings; in Numba-compiled code, the vectorizable implementation.
     """
-    return _call_numpy(np.exp, x)
+    return function
 
 
-def exp2(x: SupportsFloat) -> np.floating:
-    """``2**x``; inf on overflow, 0 or a subnormal on underflow.
-
-    Parameters
-    ----------
-    x : float
-        The argument; an integer counts as float64.
-
-    Returns
-    -------
-    numpy.floating
-        From Python, ``np.exp2``'s result (float32 for float32 arguments, else float64)
-        without warnings; in Numba-compiled code, the vectorizable implementation.
-    """
-    return _call_numpy(np.exp2, x)
-
-
-def expm1(x: SupportsFloat) -> np.floating:
-    """``exp(x) - 1``, accurate near 0; inf on overflow, -1 for very negative ``x``.
-
-    Parameters
-    ----------
-    x : float
-        The argument; an integer counts as float64.
-
-    Returns
-    -------
-    numpy.floating
-        From Python, ``np.expm1``'s result (float32 for float32 arguments, else float64)
-        without warnings; in Numba-compiled code, the vectorizable implementation.
-    """
-    return _call_numpy(np.expm1, x)
-
-
-def log(x: SupportsFloat) -> np.floating:
-    """Natural logarithm; -inf at 0 and NaN for negative ``x`` (no exception).
-
-    Parameters
-    ----------
-    x : float
-        The argument; an integer counts as float64.
-
-    Returns
-    -------
-    numpy.floating
-        From Python, ``np.log``'s result (float32 for float32 arguments, else float64)
-        without warnings; in Numba-compiled code, the vectorizable implementation.
-    """
-    return _call_numpy(np.log, x)
-
-
-def log1p(x: SupportsFloat) -> np.floating:
-    """``log(1 + x)``, accurate near 0; -inf at -1 and NaN below (no exception).
-
-    Parameters
-    ----------
-    x : float
-        The argument; an integer counts as float64.
-
-    Returns
-    -------
-    numpy.floating
-        From Python, ``np.log1p``'s result (float32 for float32 arguments, else float64)
-        without warnings; in Numba-compiled code, the vectorizable implementation.
-    """
-    return _call_numpy(np.log1p, x)
-
-
-def pow(x: SupportsFloat, y: SupportsFloat) -> np.floating:
-    """``x**y`` with C99's special values; NaN for a negative base and a non-integer exponent.
-
-    Parameters
-    ----------
-    x, y : float
-        Base and exponent; integers count as float64.
-
-    Returns
-    -------
-    numpy.floating
-        From Python, ``np.power``'s result (float32 for float32 arguments, else float64)
-        without warnings; in Numba-compiled code, the vectorizable implementation.
-    """
-    return _call_numpy(np.power, x, y)
-
-
-def sqrt(x: SupportsFloat) -> np.floating:
-    """Square root, correctly rounded; NaN for negative ``x`` (no exception).
-
-    Parameters
-    ----------
-    x : float
-        The argument; an integer counts as float64.
-
-    Returns
-    -------
-    numpy.floating
-        From Python, ``np.sqrt``'s result (float32 for float32 arguments, else float64)
-        without warnings; in Numba-compiled code, the vectorizable implementation.
-    """
-    return _call_numpy(np.sqrt, x)
+exp = _public("exp", np.exp, "Exponential ``e**x``; inf on overflow, 0 or a subnormal on underflow.")
+exp2 = _public("exp2", np.exp2, "``2**x``; inf on overflow, 0 or a subnormal on underflow.")
+expm1 = _public("expm1", np.expm1, "``exp(x) - 1``, accurate near 0; inf on overflow, -1 for very "
+                "negative ``x``.")
+log = _public("log", np.log, "Natural logarithm; -inf at 0 and NaN for negative ``x`` (no exception).")
+log1p = _public("log1p", np.log1p, "``log(1 + x)``, accurate near 0; -inf at -1 and NaN below "
+                "(no exception).")
+pow = _public("pow", np.power, "``x**y`` with C99's special values; NaN for a negative base and a "
+              "non-integer exponent.")
+sqrt = _public("sqrt", np.sqrt, "Square root, correctly rounded; NaN for negative ``x`` (no exception).")
 
 
 def _float_args(tys: tuple[nbtypes.Type, ...]) -> str | None:

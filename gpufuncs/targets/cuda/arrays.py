@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ..base import c_strides
 from . import compat
-from .launch import c_strides
 from .recognize import torch_dtypes
 from .runtime import get_runtime
 

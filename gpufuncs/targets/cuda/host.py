@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import KernelSpec
-from ..base import Executor, Plan
+from ..base import Executor, Plan, read_before_write
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
@@ -332,25 +332,13 @@ def run(spec: KernelSpec, launches: _Launches, plan: Plan, inputs: list[Any],
     runtime.bind_thread()
     with _lock:
         if outs is not None:
-            inputs = _without_overlap(inputs, outs)
-            where = _without_overlap([where], outs)[0]
+            inputs = read_before_write(inputs, outs)
+            where = read_before_write([where], outs)[0]
             results, direct = outs, [False] * len(outs)
         else:
             results, direct = _new_results(spec, plan)
         _Pipeline(spec, launches, plan, inputs, results, where, direct).run(stream)
     return results
-
-
-def _without_overlap(inputs: list[Any], outs: tuple[np.ndarray, ...]) -> list[Any]:
-    """Inputs that may share memory with an ``out=`` array copied first, unless they are that
-    array element for element: chunks are written back while later ones are still to be read,
-    and NumPy's rule is the result of a call without overlap."""
-    def same(a: np.ndarray, o: np.ndarray) -> bool:
-        return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype) == \
-            (o.__array_interface__["data"][0], o.shape, o.strides, o.dtype)
-
-    return [a.copy() if isinstance(a, np.ndarray) and any(
-        np.may_share_memory(a, o) and not same(a, o) for o in outs) else a for a in inputs]
 
 
 def _new_results(spec: KernelSpec, plan: Plan) -> tuple[tuple[np.ndarray, ...], list[bool]]:

@@ -20,6 +20,7 @@ import numpy as np
 from numba.core import types
 from numba.np.numpy_support import from_dtype
 
+from ..base import c_strides
 from .compat import SimCore, SimPointer
 from .runtime import BLOCK, get_runtime
 
@@ -56,15 +57,6 @@ class Layout:
     @property
     def kernel_dtype(self) -> np.dtype:
         return np.dtype(np.uint8) if self.dtype == np.bool_ else self.dtype
-
-
-def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Byte strides of a C-contiguous array."""
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 # -- kernel parameters -------------------------------------------------------------------------------

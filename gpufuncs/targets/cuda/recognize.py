@@ -14,20 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..base import DEVICE, Arg, DeviceArrays
+from ..base import DEVICE, Arg, DeviceArrays, c_strides
 
 #: DLPack device types of CUDA memory: kDLCUDA, kDLCUDAManaged.
 _DLPACK_CUDA = (2, 13)
 _NOT_ARRAYS = (np.ndarray, np.generic, bool, int, float, complex, str, bytes)
-
-
-def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Byte strides of a C-contiguous array of ``shape``."""
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def _library(cls: type) -> str:
