@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -138,8 +137,3 @@ def torch_stream_getter() -> Callable[[int], int]:
     if raw is not None:
         return raw
     return lambda device: torch.cuda.current_stream(device).cuda_stream
-
-
-def source_digest(*parts: str) -> str:
-    """A short digest of cache key parts."""
-    return hashlib.sha256(":".join(parts).encode()).hexdigest()[:32]
