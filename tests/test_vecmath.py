@@ -11,7 +11,9 @@ import functools
 import math
 import os
 import re
+import sys
 import warnings
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -21,6 +23,9 @@ from hypothesis import strategies as st
 from numba import njit
 
 from gpufuncs.targets.cpu import vecmath as vm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from bench_vecmath import make_loop
 
 UNARY = ("exp", "exp2", "expm1", "log", "log1p", "sqrt")
 DTYPES = (np.float32, np.float64)
@@ -43,23 +48,9 @@ NUMPY = {"exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log1
 
 @functools.cache
 def loop(name: str):
-    """An ``@njit`` loop ``out[i] = vm.<name>(x[i], ...)`` over contiguous arrays."""
-    fn = getattr(vm, name)
-    if name == "pow":
-
-        @njit
-        def binary(x, y, out):
-            for i in range(x.size):
-                out[i] = fn(x[i], y[i])
-
-        return binary
-
-    @njit
-    def unary(x, out):
-        for i in range(x.size):
-            out[i] = fn(x[i])
-
-    return unary
+    """An ``@njit`` loop ``out[i] = vm.<name>(x[i], ...)`` over contiguous arrays (the one
+    ``benchmarks/bench_vecmath.py`` times)."""
+    return make_loop(getattr(vm, name), 2 if name == "pow" else 1)
 
 
 def run(name: str, *args: np.ndarray) -> np.ndarray:
@@ -366,7 +357,7 @@ def test_loop_vectorizes_without_libm_calls(name, dtype):
     assert not ANY_MATH_CALL.search(text), ANY_MATH_CALL.search(text).group(0)
     # inlined: no compiled function is called but the loop itself (from its Python wrapper)
     called = set(re.findall(r"call [^@\n]*@(_ZN\w+|gpufuncs\w+)", text))
-    assert all(re.search(r"4loop\w+(unary|binary)", c) for c in called), called
+    assert all(re.search(r"make_loop\w+(unary|binary)", c) for c in called), called
     assert vector_width(text, dtype) >= 2
     # the arithmetic itself is vector arithmetic, not only the loads and stores
     kind = "float" if dtype == np.float32 else "double"

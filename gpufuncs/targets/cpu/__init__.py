@@ -149,14 +149,36 @@ class CpuKernel:
         return _compile(self.spec, self.target, lambda: dispatcher.compile(argtypes))
 
 
+class _WorkqueueGuard:
+    """Numba's ``workqueue`` threading layer aborts the process when two Python threads run
+    parallel code at once, whichever target object started it: parallel calls are serialized
+    process-wide while (and only while) that layer is in use."""
+
+    def __init__(self) -> None:
+        self._lock: threading.Lock | None = threading.Lock()
+
+    def wrap(self, execute: Executor) -> Executor:
+        def run(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+            lock = self._lock
+            if lock is None:
+                return execute(inputs, outs, where, stream)
+            with lock:
+                result = execute(inputs, outs, where, stream)
+                if numba.threading_layer() != "workqueue":
+                    self._lock = None  # a thread-safe layer is running: no lock from now on
+            return result
+
+        return run
+
+
+_WORKQUEUE_GUARD = _WorkqueueGuard()
+
+
 class CpuTarget(Target):
     """Numba's ``cpu`` (one core) or ``parallel`` (all cores) target."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        # Numba's ``workqueue`` threading layer aborts the process when two Python threads run
-        # parallel code at once; such calls are serialized while (and only while) it is in use.
-        self._serialize: threading.Lock | None = threading.Lock() if name == "parallel" else None
 
     def compile(self, spec: KernelSpec) -> CpuKernel:
         return CpuKernel(spec, self.name)
@@ -172,20 +194,7 @@ class CpuTarget(Target):
         else:
             execute = _numba_ufunc(spec, compiled, plan) if spec.layout is None else \
                 _numba_gufunc(compiled, plan)
-        return execute if self._serialize is None else self._serialized(execute)
-
-    def _serialized(self, execute: Executor) -> Executor:
-        def run(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            lock = self._serialize
-            if lock is None:
-                return execute(inputs, outs, where, stream)
-            with lock:
-                result = execute(inputs, outs, where, stream)
-                if numba.threading_layer() != "workqueue":
-                    self._serialize = None  # a thread-safe layer is running: no lock from now on
-            return result
-
-        return run
+        return _WORKQUEUE_GUARD.wrap(execute) if self.name == "parallel" else execute
 
 
 # -- which calls take the flat loops ------------------------------------------------------------------
@@ -256,6 +265,15 @@ def _int_scalars(plan: Plan) -> list[int]:
     return [i for i, a in enumerate(plan.inputs) if a.role == SCALAR and a.dtype is int]
 
 
+def _loop_args(inputs: tuple[Any, ...], outs: Any, ints: list[int]) -> list[Any]:
+    """The inputs as a flat loop takes them: Python ints as floats, and read from a copy where
+    they overlap an ``out=`` array."""
+    args = list(inputs)
+    for i in ints:
+        args[i] = float(args[i])
+    return args if outs is None else read_before_write(args, outs)
+
+
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
     loop, masked, threaded = compiled.loops(plan.loop.dtype)
     ints = _int_scalars(plan)
@@ -287,14 +305,8 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
         return execute_masked
 
     def execute_general(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = list(inputs)
-        for i in ints:
-            args[i] = float(args[i])
-        if outs is not None:
-            out = outs[0]
-            args = read_before_write(args, outs)
-        else:
-            out = np.empty(shape, dtype, order=order)
+        args = _loop_args(inputs, outs, ints)
+        out = outs[0] if outs is not None else np.empty(shape, dtype, order=order)
         masks = () if where is True else (where,)
         if transposed:
             out, masks, args = out.T, tuple(m.T for m in masks), [getattr(a, "T", a) for a in args]
@@ -339,12 +351,8 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         return execute_flat
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = list(inputs)
-        for i in ints:
-            args[i] = float(args[i])
-        if outs is not None:
-            args = read_before_write(args, outs)
-        else:
+        args = _loop_args(inputs, outs, ints)
+        if outs is None:
             outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
         for i, shape in enumerate(rows):
             if shape is not None:
