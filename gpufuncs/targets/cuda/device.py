@@ -186,8 +186,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
     # report their library's current stream, so only other kinds can need a wait.
     same = (arrays.CUPY, arrays.TORCH)
     others = [(i, p) for i, p in producers[1:] if not (kinds[i] == kinds[first] and kinds[i] in same)]
-    spans = [arrays.span(lay.shape, lay.strides, lay.dtype.itemsize) if lay.array else None
-             for lay in layouts]
+    pairs = _overlap_pairs([op.layout for op in operands], nin, nout)  # as given, not staged
     runtime = get_runtime()
 
     def launch_stream(objs: list[Any], stream: Any) -> int:
@@ -206,7 +205,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
 
     read_each_call = [op for op in operands if op.read is not _taken]
     if not staging and not host_outs and where_mode != "scalar" and all(op.get for op in read_each_call):
-        return _fast_executor(main, operands, allocators, first, launch_stream, others, spans, layouts, nin)
+        return _fast_executor(main, operands, allocators, first, launch_stream, others, pairs)
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         runtime.bind_thread()
@@ -235,7 +234,8 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
                     values.append(reads[nin + k](obj, handle, keep))
             if mask is not None:
                 values.append(reads[-1](where, handle, keep))
-            _read_before_write(values, spans, layouts, nin, nout, runtime.stream(handle), keep)
+            if pairs:
+                keep += _read_before_write(values, pairs, handle)
         _launch(main, staging, values, handle, keep)
         for k in host_allocators:
             _copy_back(keep, values[nin + k], outs[k], handle)
@@ -245,8 +245,8 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
 
 
 def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[Callable],
-                   first: int | None, launch_stream: Callable, others: list, spans: list,
-                   layouts: list[Layout], nin: int) -> Executor:
+                   first: int | None, launch_stream: Callable, others: list,
+                   pairs: tuple[_Overlap, ...]) -> Executor:
     """The executor of calls whose operands are all device arrays and scalars: each is read
     with one attribute access or cast, and nothing else is decided per call."""
     getters = [op.get for op in operands]  # allocated outputs are never read: zip stops before
@@ -271,9 +271,9 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
                 values.append(address)
             launch(values, handle)
             return tuple(results)
-        keep: list[Any] = []
-        _read_before_write(values, spans, layouts, nin, len(outs), runtime.stream(handle), keep)
+        keep = _read_before_write(values, pairs, handle) if pairs else None  # alive until launched
         launch(values, handle)
+        del keep
         return outs
 
     return execute
@@ -283,23 +283,33 @@ def _taken(obj: Any, handle: int, keep: list) -> Any:
     raise AssertionError("outputs are allocated, not read")  # pragma: no cover
 
 
-def _read_before_write(values: list[Any], spans: list[Any], layouts: list[Layout], nin: int, nout: int,
-                       stream: Any, keep: list) -> None:
+#: An input (or the mask) and an output that may share memory: their value indices, the byte
+#: spans ``[lo, hi)`` from their addresses, and whether their layouts are the same.
+_Overlap = tuple[int, int, int, int, int, int, bool]
+
+
+def _overlap_pairs(layouts: list[Layout], nin: int, nout: int) -> tuple[_Overlap, ...]:
+    """Every (read operand, output) pair of non-empty arrays, whose overlap a call checks."""
+    spans = [arrays.span(lay.shape, lay.strides, lay.dtype.itemsize) if lay.array else (0, 0)
+             for lay in layouts]
+    outs = [k for k in range(nin, nin + nout) if spans[k][0] < spans[k][1]]
+    reads = [i for i in (*range(nin), *range(nin + nout, len(layouts))) if spans[i][0] < spans[i][1]]
+    return tuple((i, k, *spans[i], *spans[k], layouts[i] == layouts[k]) for i in reads for k in outs)
+
+
+def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: int) -> list[Any]:
     """Inputs (and the mask) that share memory with an output read from a copy of their bytes,
     unless they are that output element for element (``out=x`` on ``x``): threads run in no
-    fixed order, and NumPy's result is that of a call that reads before it writes."""
-    outs = range(nin, nin + nout)
-    for i in (*range(nin), *range(nin + nout, len(values))):
-        if spans[i] is None:
-            continue
-        lo, hi = values[i] + spans[i][0], values[i] + spans[i][1]
-        for k in outs:
-            out_lo, out_hi = values[k] + spans[k][0], values[k] + spans[k][1]
-            if lo < hi and max(lo, out_lo) < min(hi, out_hi) and not (
-                    values[i] == values[k] and layouts[i] == layouts[k]):
-                values[i], buffer = arrays.copy_span(values[i], spans[i][0], spans[i][1], stream)
-                keep.append(buffer)
-                break
+    fixed order, and NumPy's result is that of a call that reads before it writes. Returns the
+    copies, which must stay alive until the launch."""
+    keep = []
+    for i, k, lo, hi, out_lo, out_hi, same in pairs:
+        a, b = values[i], values[k]
+        if a + lo < b + out_hi and b + out_lo < a + hi and not (same and a == b):
+            # The copy is new memory: the later pairs of this operand no longer overlap.
+            values[i], buffer = arrays.copy_span(a, lo, hi, get_runtime().stream(handle))
+            keep.append(buffer)
+    return keep
 
 
 def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle: int, keep: list) -> None:
