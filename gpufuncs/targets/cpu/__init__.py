@@ -38,7 +38,8 @@ from ..base import (
     is_contiguous,
     read_before_write,
 )
-from . import auto, loops, vecmath
+from . import auto, cache, loops, vecmath
+from .layers import GUARD
 from .vecmath import with_vector_math
 
 
@@ -91,9 +92,23 @@ def _compile(spec: KernelSpec, target: str, build: Callable[[], Any]) -> Any:
 
 
 @functools.cache
-def _math_digest() -> str:
-    """What the compiled loops depend on besides the kernel: the vector math's source."""
-    return hashlib.sha256(Path(vecmath.__file__).read_bytes()).hexdigest()[:16]
+def _library_digest() -> str:
+    """What the compiled loops depend on besides the kernel and the loops' own file (whose
+    change Numba notices): the vector math's and the scalar helpers' sources."""
+    from ... import scalar
+
+    sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar))
+    return hashlib.sha256(sources).hexdigest()[:16]
+
+
+def _cache_key(spec: KernelSpec, dtype: np.dtype) -> str | None:
+    """The flat loops' disk-cache key for ``spec`` computing in ``dtype`` (``None``: not cached,
+    for a kernel without a source file or with closure values that cannot be digested)."""
+    depends = cache.dependency_digest(spec.pyfunc)
+    if spec.source_key is None or depends is None:
+        return None
+    return f"{spec.source_key}:{depends}:{dtype}:{_library_digest()}"
+
 
 
 class CpuKernel:
@@ -103,7 +118,7 @@ class CpuKernel:
     def __init__(self, spec: KernelSpec, target: str) -> None:
         self.spec, self.target = spec, target
         self._lock = threading.Lock()
-        self._numba: Any = None
+        self._numba: dict[str, Any] = {}
         self._loops: dict[np.dtype, tuple[Any, ...]] = {}
         self._scalar: Any = None
 
@@ -115,12 +130,14 @@ class CpuKernel:
             self._scalar = numba.njit(**loops.options())(with_vector_math(self.spec.pyfunc))
         return self._scalar
 
-    def numba_object(self) -> Any:
-        """The Numba ``DUFunc`` (``cpu``), ``numpy.ufunc`` (``parallel``) or ``GUFunc``."""
+    def numba_object(self, serial: bool = False) -> Any:
+        """The Numba ``DUFunc`` (``cpu``), ``numpy.ufunc`` (``parallel``) or ``GUFunc``;
+        ``serial``: the ``cpu`` one whatever this kernel's target."""
+        target = "cpu" if serial else self.target
         with self._lock:
-            if self._numba is None:
-                self._numba = _compile(self.spec, self.target, lambda: _numba_object(self.spec, self.target))
-        return self._numba
+            if target not in self._numba:
+                self._numba[target] = _compile(self.spec, target, lambda: _numba_object(self.spec, target))
+        return self._numba[target]
 
     def loops(self, dtype: np.dtype) -> tuple[Any, ...]:
         """The flat loop dispatchers computing in ``dtype`` (see :mod:`.loops`)."""
@@ -129,8 +146,7 @@ class CpuKernel:
             with self._lock:
                 found = self._loops.get(dtype)
                 if found is None:
-                    source = self.spec.source_key
-                    key = None if source is None else f"{source}:{dtype}:{_math_digest()}"
+                    key = _cache_key(self.spec, dtype)
                     if self.spec.layout is None:
                         scalar = self.scalar()
                         _compile(self.spec, self.target, lambda: loops.inline_into_loops(
@@ -149,30 +165,6 @@ class CpuKernel:
         return _compile(self.spec, self.target, lambda: dispatcher.compile(argtypes))
 
 
-class _WorkqueueGuard:
-    """Numba's ``workqueue`` threading layer aborts the process when two Python threads run
-    parallel code at once, whichever target object started it: parallel calls are serialized
-    process-wide while (and only while) that layer is in use."""
-
-    def __init__(self) -> None:
-        self._lock: threading.Lock | None = threading.Lock()
-
-    def wrap(self, execute: Executor) -> Executor:
-        def run(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            lock = self._lock
-            if lock is None:
-                return execute(inputs, outs, where, stream)
-            with lock:
-                result = execute(inputs, outs, where, stream)
-                if numba.threading_layer() != "workqueue":
-                    self._lock = None  # a thread-safe layer is running: no lock from now on
-            return result
-
-        return run
-
-
-_WORKQUEUE_GUARD = _WorkqueueGuard()
-
 
 class CpuTarget(Target):
     """Numba's ``cpu`` (one core) or ``parallel`` (all cores) target."""
@@ -187,14 +179,25 @@ class CpuTarget(Target):
         return compiled.numba_object()
 
     def prepare(self, spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
-        order = _flat_order(spec, plan)
-        if order is not None:
-            make = _flat_ufunc if spec.layout is None else _flat_gufunc
-            execute = make(spec, compiled, plan, order, self.name == "parallel")
-        else:
-            execute = _numba_ufunc(spec, compiled, plan) if spec.layout is None else \
-                _numba_gufunc(compiled, plan)
-        return _WORKQUEUE_GUARD.wrap(execute) if self.name == "parallel" else execute
+        if self.name != "parallel":
+            return _executor(spec, compiled, plan, threaded=False)
+        # Numba's threading layer can take the process down: see layers.py.
+        serial = functools.partial(_executor, spec, compiled, plan, threaded=False)
+        if not GUARD.parallel_usable:
+            return serial()
+        return GUARD.wrap(_executor(spec, compiled, plan, threaded=True), serial)
+
+
+def _executor(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
+    """The flat-loop executor where the call allows one, else the Numba ufunc's; ``threaded``
+    runs them on Numba's threads."""
+    order = _flat_order(spec, plan)
+    if order is not None:
+        make = _flat_ufunc if spec.layout is None else _flat_gufunc
+        return make(spec, compiled, plan, order, threaded)
+    if spec.layout is None:
+        return _numba_ufunc(spec, compiled, plan, threaded)
+    return _numba_gufunc(compiled, plan, threaded)
 
 
 # -- which calls take the flat loops ------------------------------------------------------------------
@@ -365,8 +368,8 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
 
 
 # -- everything else: the Numba ufunc ------------------------------------------------------------------
-def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
-    ufunc = compiled.numba_object()
+def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
+    ufunc = compiled.numba_object(serial=not threaded)
     ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
     char = plan.loop.char
     signature = char * spec.nin + "->" + char
@@ -398,8 +401,8 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
     return execute
 
 
-def _numba_gufunc(compiled: CpuKernel, plan: Plan) -> Executor:
-    ufunc = compiled.numba_object()
+def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
+    ufunc = compiled.numba_object(serial=not threaded)
     dtype = plan.loop.dtype
     cores = plan.cores[len(plan.inputs):]
 

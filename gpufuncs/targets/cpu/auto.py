@@ -27,6 +27,7 @@ import numpy as np
 
 from ...spec import KernelSpec
 from ..base import HOST, SCALAR, Arg, Plan
+from .layers import GUARD
 
 #: Below this many loop elements ``auto`` always picks ``cpu``.
 ALWAYS_CPU = 1 << 12
@@ -36,6 +37,14 @@ _SIZES = (1 << 13, 1 << 17)
 _fixed: int | None = None
 _crossovers: dict[tuple[Any, ...], float] = {}
 _lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it, measuring, when the fork came
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def set_parallel_min_size(size: int | None) -> None:
@@ -52,10 +61,11 @@ def set_parallel_min_size(size: int | None) -> None:
 
 def parallel_min_size(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> float:
     """The loop size from which ``parallel`` beats ``cpu`` for this kernel and dtype (measured
-    once, or the fixed threshold; ``inf`` with one thread)."""
+    once, or the fixed threshold; ``inf`` with one thread, or in a child forked where parallel
+    calls run serially: see :mod:`.layers`)."""
     if _fixed is not None:
         return _fixed
-    if numba.get_num_threads() < 2:
+    if not GUARD.parallel_usable or numba.get_num_threads() < 2:
         return float("inf")
     key = (spec.name, id(spec), plan.loop.dtype, tuple(sorted(plan.core_sizes.items())))
     found = _crossovers.get(key)

@@ -13,14 +13,14 @@ over the argument types, so there is no per-arity code and no generated source).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
 import numba
 from numba import prange, types
-from numba.core.caching import FunctionCache
 from numba.extending import overload
+
+from . import cache
 
 #: The parallel loops cut their work into at most this many contiguous chunks (Numba hands each
 #: thread a run of them; several per thread balance the load on up to 16 or so threads), of at
@@ -76,7 +76,9 @@ def _sliced_typing(args, lo, hi):
     return lambda args, lo, hi: (args[0],) + sliced(args[1:], lo, hi)
 
 
-@numba.njit(nogil=True, cache=True)
+# Not cached on its own (the loops that call it are, with its code): ``cache=True`` would make
+# importing gpufuncs fail where no cache directory is writable.
+@numba.njit(nogil=True)
 def chunks(rows: int, row_size: int) -> int:
     """How many contiguous chunks the parallel loops cut ``rows`` rows into (a constant bound,
     not Numba's thread count: reading that makes a function uncacheable)."""
@@ -105,24 +107,6 @@ def options() -> dict[str, Any]:
     return {"nogil": True, "error_model": "numpy"}
 
 
-class _KeyedCache(FunctionCache):
-    """Numba's disk cache for a loop, keyed on the kernel it runs.
-
-    The loops are closures over the kernel's scalar function, and Numba keys a closure's cache
-    entries on its pickled cell contents, which for a compiled function hold a random id: no
-    entry would ever be found again. The key here is what the compiled code depends on instead:
-    the loop's own bytecode and ``key`` (the kernel's source digest, its math and loop dtype).
-    """
-
-    def __init__(self, py_func: Callable[..., Any], key: str) -> None:
-        super().__init__(py_func)
-        self._key = key
-
-    def _index_key(self, sig: Any, codegen: Any) -> tuple[Any, ...]:
-        code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
-        return sig, codegen.magic_tuple(), (code, self._key)
-
-
 def inline_into_loops(scalar: Any, argtypes: tuple[Any, ...]) -> None:
     """Compile the scalar function for ``argtypes`` and mark it ``alwaysinline``.
 
@@ -143,9 +127,7 @@ def inline_into_loops(scalar: Any, argtypes: tuple[Any, ...]) -> None:
 
 def _jit(func: Callable[..., Any], key: str | None, **extra: Any) -> Any:
     dispatcher = numba.njit(**options(), **extra)(func)
-    if key is not None:
-        dispatcher._cache = _KeyedCache(func, key)
-    return dispatcher
+    return dispatcher if key is None else cache.attach(dispatcher, key)
 
 
 def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple[Any, Any, Any]:

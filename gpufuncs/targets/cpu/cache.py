@@ -1,0 +1,213 @@
+"""The flat loops' disk cache: keyed on what their code depends on, and never a reason to fail.
+
+Numba's own disk cache (``cache=True``) is not usable for the loops as it is (see
+:class:`KeyedCache`), and it turns every problem with the cache directory into a failed call: no
+writable location makes ``@njit(cache=True)`` raise at definition time, and an unreadable or
+corrupt index or data file makes every compilation of that function raise. Here any such problem
+costs one :class:`DiskCacheWarning` per process and compilation in memory, and a damaged entry is
+written again by the next compilation that finds it (the cache heals).
+
+Numba names an entry's data file by a counter read from the index, so two processes saving
+different entries of one index at once can leave the index naming one entry's data file while
+the file holds the other's code. Each entry's data here is saved with its key and checked on
+load: a mismatch is a cache miss, never someone else's code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numba.core.caching import FunctionCache, IndexDataCacheFile
+
+
+class DiskCacheWarning(RuntimeWarning):
+    """Numba's disk cache could not be used; kernels are compiled in memory instead."""
+
+
+_warned = False
+_warn_lock = threading.Lock()
+
+
+def _warn_once(what: str, exc: BaseException) -> None:
+    """One warning per process: the first problem is news, the others are the same news."""
+    global _warned
+    with _warn_lock:
+        if _warned:
+            return
+        _warned = True
+    warnings.warn(f"gpufuncs: Numba's disk cache failed ({what}: {type(exc).__name__}: {exc}); "
+                  "compiling in memory instead (a damaged entry is written again; for an "
+                  "unwritable location, set NUMBA_CACHE_DIR to a writable directory)",
+                  DiskCacheWarning, stacklevel=3)
+
+
+class _CheckedCacheFile(IndexDataCacheFile):
+    """Index and data files that treat damage as a miss, and store each entry with its key."""
+
+    def _load_index(self) -> dict[Any, str]:
+        try:
+            return super()._load_index()
+        except Exception as exc:  # corrupt or unreadable: the next save writes a fresh index
+            _warn_once(f"reading {self._index_path}", exc)
+            return {}
+
+    def load(self, key: Any) -> Any:
+        try:
+            found = super().load(key)
+        except Exception as exc:  # a corrupt data file: the next save overwrites it
+            _warn_once(f"reading an entry of {self._index_path}", exc)
+            return None
+        if not (isinstance(found, tuple) and len(found) == 2 and found[0] == key):
+            return None  # missing, or another entry's data (see the module docstring)
+        return found[1]
+
+    def save(self, key: Any, data: Any) -> None:
+        super().save(key, (key, data))
+
+
+class KeyedCache(FunctionCache):
+    """Numba's disk cache for a loop, keyed on the kernel it runs.
+
+    The loops are closures over the kernel's scalar function, and Numba keys a closure's cache
+    entries on its pickled cell contents, which for a compiled function hold a random id: no
+    entry would ever be found again. The key here is what the compiled code depends on instead:
+    the loop's own bytecode and ``key`` (see :func:`dependency_digest` for what the caller puts
+    in it). Each key has its own index file, and any failure to read or write is a miss.
+    """
+
+    def __init__(self, py_func: Callable[..., Any], key: str) -> None:
+        super().__init__(py_func)
+        self._key = key
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        self._cache_file = _CheckedCacheFile(
+            cache_path=self._cache_path, filename_base=f"{self._impl.filename_base}-{digest}",
+            source_stamp=self._impl.locator.get_source_stamp())
+
+    def _index_key(self, sig: Any, codegen: Any) -> tuple[Any, ...]:
+        code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+        return sig, codegen.magic_tuple(), (code, self._key)
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception as exc:  # an entry that unpickles but does not rebuild
+            _warn_once(f"loading from {self._cache_path}", exc)
+            return None
+
+    def save_overload(self, sig: Any, data: Any) -> None:
+        try:
+            super().save_overload(sig, data)
+        except Exception as exc:  # unwritable: stop trying for this function
+            _warn_once(f"writing to {self._cache_path}", exc)
+            self.disable()
+
+
+def attach(dispatcher: Any, key: str) -> Any:
+    """Give ``dispatcher`` (an ``@njit`` dispatcher) a :class:`KeyedCache` keyed on ``key``;
+    without a usable cache location it stays uncached (and warns once). Returns it."""
+    try:
+        dispatcher._cache = KeyedCache(dispatcher.py_func, key)
+    except Exception as exc:  # Numba: "cannot cache function ...: no locator available"
+        _warn_once("finding a cache directory", exc)
+    return dispatcher
+
+
+# -- what compiled code depends on beyond its module's source -------------------------------------
+#: Values Numba freezes into compiled code as constants, digested by value.
+_CONSTANTS = (type(None), bool, int, float, complex, str, bytes, np.generic, np.dtype)
+
+
+def dependency_digest(func: Callable[..., Any]) -> str | None:
+    """A digest of what code compiled from ``func`` depends on besides its source file.
+
+    That is its bytecode, the values in its closure and defaults (a factory's kernels share
+    their source and differ only there), the global constants it reads (Numba freezes them at
+    compilation), and the same for every function it calls, from any module. ``None`` when a
+    closure or default holds a value this cannot digest: such a kernel is not cached on disk.
+
+    Parameters
+    ----------
+    func : callable
+        A Python function or a Numba dispatcher (its ``py_func`` is read).
+
+    Returns
+    -------
+    str or None
+        A hex digest, equal in every process for the same code and values.
+    """
+    digest = hashlib.sha256()
+    return digest.hexdigest()[:32] if _feed_function(digest, func, set()) else None
+
+
+def _feed_function(digest: Any, func: Any, seen: set[int]) -> bool:
+    func = getattr(func, "py_func", func)  # a Numba dispatcher: its Python function
+    if not isinstance(func, types.FunctionType):
+        return False
+    if id(func) in seen:
+        return True
+    seen.add(id(func))
+    _feed_code(digest, func.__code__)
+    cells = [c.cell_contents if _filled(c) else "<empty cell>" for c in func.__closure__ or ()]
+    values = [*cells, *(func.__defaults__ or ()), *(func.__kwdefaults__ or {}).values()]
+    if not all(_feed_value(digest, v, seen, strict=True) for v in values):
+        return False
+    names = sorted(_global_names(func.__code__))
+    for name in names:
+        if name in func.__globals__:
+            digest.update(name.encode())
+            _feed_value(digest, func.__globals__[name], seen, strict=False)
+    return True
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018  (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def _feed_code(digest: Any, code: types.CodeType) -> None:
+    digest.update(code.co_code)
+    digest.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _feed_code(digest, const)
+        else:
+            digest.update(repr(const).encode())
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _feed_value(digest: Any, value: Any, seen: set[int], strict: bool) -> bool:
+    """Digest one value a function reads; ``False`` (when ``strict``) for one it cannot."""
+    kind = type(value)
+    digest.update(f"{kind.__module__}.{kind.__qualname__}".encode())
+    if isinstance(value, _CONSTANTS):
+        digest.update(repr(value).encode())
+    elif isinstance(value, np.ndarray):
+        digest.update(f"{value.dtype.str}{value.shape}".encode())
+        digest.update(hashlib.sha256(np.ascontiguousarray(value).tobytes()).digest())
+    elif isinstance(value, (tuple, list)):
+        return all(_feed_value(digest, v, seen, strict) for v in value)
+    elif isinstance(value, types.FunctionType) or hasattr(value, "py_func"):
+        return _feed_function(digest, value, seen) or not strict
+    elif isinstance(value, (types.ModuleType, type)):
+        digest.update(getattr(value, "__qualname__", value.__name__).encode())
+    else:
+        # Globals of other kinds (Numba types, overloads' registrations) are fixed by code the
+        # source digest covers; in a closure such a value may differ between kernels.
+        return not strict
+    return True
