@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import operator
+import pickle
 import threading
+import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +31,10 @@ class Registry(Mapping[str, Kernel]):
     def __init__(self) -> None:
         self._kernels: dict[str, Kernel] = {}
         self._lock = threading.Lock()
+        # Kernels pickled by value, by a token that identifies them across processes; kept
+        # alive, as registered kernels are, so that a worker compiles each once.
+        self._tokens: weakref.WeakKeyDictionary[Kernel, str] = weakref.WeakKeyDictionary()
+        self._by_token: dict[str, Kernel] = {}
 
     def __getitem__(self, name: str) -> Kernel:
         try:
@@ -53,6 +61,41 @@ class Registry(Mapping[str, Kernel]):
 
     def __reduce__(self) -> str:
         return "registry"  # the module-level instance below, found again by import
+
+    # -- kernels that no import finds again (``__main__``, notebook cells) --------------------
+    def reduce(self, kernel: Kernel) -> tuple[Any, ...]:
+        """How ``kernel`` pickles when importing its module does not find it again.
+
+        By value where cloudpickle is installed (as with Dask): its declaration, scalar function
+        included, so that a process that never defined it (a Dask worker) gets it. Else by
+        name, found in the receiver's registry.
+        """
+        try:
+            import cloudpickle
+        except ImportError:
+            return operator.getitem, (self, kernel.__name__)
+        with self._lock:
+            token = self._tokens.get(kernel)
+            if token is None:
+                token = self._tokens[kernel] = uuid.uuid4().hex
+                self._by_token[token] = kernel
+        return self.unpickle, (kernel.__name__, token, cloudpickle.dumps(kernel.spec))
+
+    def unpickle(self, name: str, token: str, declaration: bytes) -> Kernel:
+        """The kernel that :meth:`reduce` pickled: one object per process, compiled once.
+
+        It is registered under its name unless that name is taken here by another kernel.
+        """
+        with self._lock:
+            found = self._by_token.get(token)
+            if found is not None:
+                return found
+            kernel = Kernel(pickle.loads(declaration))
+            kernel.registry = self
+            self._kernels.setdefault(name, kernel)
+            self._tokens[kernel] = token
+            self._by_token[token] = kernel
+        return kernel
 
 
 #: The process-wide registry.

@@ -14,7 +14,6 @@ overlap with ``out=`` and launches), and finish the result as NumPy would.
 from __future__ import annotations
 
 import inspect
-import operator
 import sys
 import threading
 import warnings
@@ -34,6 +33,7 @@ from ..targets import (
 )
 from . import methods
 from .args import arg_key, call_key, device_arrays_of, overrides_array_ufunc
+from .interop import finish_gufunc, gufunc_keywords
 from .plan import (
     KEYWORDS,
     Call,
@@ -224,14 +224,17 @@ class Kernel:
                 f"compiled for: {', '.join(self._compiled) or 'none yet'}>")
 
     def __reduce__(self) -> Any:
-        # Like a function: by module and qualified name when that finds this kernel, so that a
-        # process that imports the module gets it back; else by name from its registry.
+        # Like a function: by module and qualified name where importing that module finds this
+        # kernel again (built-ins, kernels of an installed module). Otherwise (``__main__``, a
+        # notebook cell, a kernel made in a function) its registry pickles it by value, so that
+        # it unpickles in a process that never defined it (a Dask worker).
         module = sys.modules.get(self.__module__)
-        if module is not None and getattr(module, self.__qualname__, None) is self:
+        if (self.__module__ != "__main__" and module is not None
+                and getattr(module, self.__qualname__, None) is self):
             return self.__qualname__
         if self.registry is None:
             raise TypeError(f"kernel {self.__name__!r} is not registered and cannot be pickled")
-        return operator.getitem, (self.registry, self.__name__)
+        return self.registry.reduce(self)
 
     # -- compilation ------------------------------------------------------------------------
     def compiled(self, target: str) -> Any:
@@ -334,6 +337,7 @@ class Kernel:
             # each block picks its own target.
             raise TypeError(f"{self.__name__}: target={call.target!r} cannot be passed through "
                             f"{type(candidates[0]).__name__}.__array_ufunc__; its blocks use 'auto'")
+        self._check_deferred_dtypes(call)
         given = {k: getattr(call, k) for k in _given(call)}
         if call.outs is not None:
             given["out"] = call.outs
@@ -341,16 +345,31 @@ class Kernel:
 
         def deferred(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             for obj in candidates:
-                extra = _gufunc_keywords(obj, call.sizes)
+                extra = gufunc_keywords(obj, call.sizes)
                 result = type(obj).__array_ufunc__(obj, ufunc_like, "__call__", *call.inputs,
                                                    **given, **extra)
                 if result is not NotImplemented:
-                    return result
+                    return finish_gufunc(obj, result) if self.spec.layout else result
             raise TypeError(f"{self.__name__}: operand types "
                             f"{[type(c).__name__ for c in candidates]} all returned NotImplemented "
                             "from __array_ufunc__")
 
         return DeferredCall(deferred)
+
+    def _check_deferred_dtypes(self, call: Call) -> None:
+        """Inputs handed to an override (Dask, xarray, pandas) are checked as NumPy arrays of
+        their dtypes would be: a bad dtype fails with the same error when a Dask graph is
+        built, not in a task when it is computed."""
+        dtypes = []
+        for i, value in enumerate(call.inputs):
+            dtype = getattr(value, "dtype", None)
+            if isinstance(dtype, np.dtype):  # validated as a NumPy array of its dtype
+                describe_input(self.spec, np.empty(0, dtype), i)
+                dtypes.append(dtype)
+            elif not overrides_array_ufunc(type(value)):  # scalars and arrays, as in any call
+                dtypes.append(describe_input(self.spec, value, i)[0].dtype)
+        if dtypes:
+            resolve_loop(self.spec, dtypes, call.dtype)
 
     # -- ufunc methods (binary elementwise kernels) --------------------------------------------
     def outer(self, a: Any, b: Any, **kwargs: Any) -> Any:
@@ -400,14 +419,6 @@ class SizedKernel:
         dims = self.kernel.spec.layout.output_only_dims
         bound = ", ".join(f"{d}={n}" for d, n in zip(dims, self.sizes))
         return f"<gpufuncs gufunc {self.__name__!r} with {bound}>"
-
-
-def _gufunc_keywords(obj: Any, sizes: dict[str, int]) -> dict[str, Any]:
-    """What an override needs to run a gufunc with output-only core dimensions: Dask's
-    ``apply_gufunc`` takes their sizes as ``output_sizes`` (others get the bound kernel only)."""
-    if sizes and type(obj).__module__.split(".")[0] == "dask":
-        return {"output_sizes": dict(sizes)}
-    return {}
 
 
 def _overrides(objs: list[Any]) -> list[Any]:
