@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +369,12 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
 
 
 # -- everything else: the Numba ufunc ------------------------------------------------------------------
+#: Loop elements computed at a time where results go through a buffer (a masked or oddly laid
+#: out ``out=``, a cast result): the buffer is a small constant (2 MiB of float64), not a
+#: temporary the size of the output.
+BLOCK_ELEMENTS = 1 << 18
+
+
 def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     ufunc = compiled.numba_object(serial=not threaded)
     ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
@@ -392,10 +399,13 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
             compute(args, given)
             return (given,)
         # Numba's ufunc loops take no write mask, and some layouts of ``out`` need a buffer:
-        # compute into a new array, then copy (kernels are pure, so this only costs time).
-        result = np.empty(shape, dtype)
-        compute(args, result)
-        np.copyto(given, result, casting="unsafe", where=where)
+        # compute block by block into one, then copy (kernels are pure: this only costs time).
+        buffer = np.empty(min(BLOCK_ELEMENTS, given.size), dtype)
+        for index in _blocks(shape, BLOCK_ELEMENTS):
+            target = given[index]
+            part = buffer[: target.size].reshape(target.shape)
+            compute([_block_of(a, shape, index) for a in args], part)
+            np.copyto(target, part, casting="unsafe", where=_block_of(where, shape, index))
         return (given,)
 
     return execute
@@ -403,31 +413,60 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
 
 def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     ufunc = compiled.numba_object(serial=not threaded)
-    dtype = plan.loop.dtype
-    cores = plan.cores[len(plan.inputs):]
+    dtype, loop_shape = plan.loop.dtype, plan.loop_shape
+    nin = len(plan.inputs)
+    cores = plan.cores[nin:]
+    rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = [np.asarray(a, dtype=dtype) for a in inputs]
-        given = outs or (None,) * len(plan.out_shapes)
         if outs is not None:
-            args = read_before_write(args, outs)
+            inputs = read_before_write(list(inputs), outs)
+        results = outs or tuple(np.empty(s, plan.result_dtype, order=plan.order) for s in plan.out_shapes)
         # Outputs are writable *inputs* of the Numba gufunc, so NumPy would cast a mismatched
-        # dtype into a temporary and the writes would be lost: such outputs go through a buffer.
-        direct = where is True
-        bufs = [o if o is not None and o.dtype == dtype and direct
-                else np.empty(shape, dtype, order=plan.order) for o, shape in zip(given, plan.out_shapes)]
-        ufunc(*args, *bufs)
-        results = []
-        for o, buf, core in zip(given, bufs, cores):
-            if o is None:
-                o = buf if buf.dtype == plan.result_dtype else buf.astype(plan.result_dtype)
-            elif o is not buf:
-                mask = where if where is True else np.asarray(where)[(..., *(np.newaxis,) * core)]
-                np.copyto(o, buf, casting="unsafe", where=mask)
-            results.append(o)
+        # dtype into a temporary and the writes would be lost: such outputs, and masked ones, go
+        # through buffers, a block of rows at a time (as do inputs that need a cast).
+        if where is True and all(r.dtype == dtype for r in results):
+            ufunc(*(np.asarray(a, dtype=dtype) for a in inputs), *results)
+            return tuple(results)
+        shapes = [loop_shape + np.shape(a)[np.ndim(a) - c:] if c else loop_shape
+                  for a, c in zip(inputs, plan.cores)]
+        for index in _blocks(loop_shape, rows):
+            args = [np.asarray(_block_of(a, s, index), dtype=dtype) for a, s in zip(inputs, shapes)]
+            bufs = [np.empty(r[index].shape, dtype) for r in results]
+            ufunc(*args, *bufs)
+            mask = _block_of(where, loop_shape, index)
+            for r, buf, core in zip(results, bufs, cores):
+                np.copyto(r[index], buf, casting="unsafe",
+                          where=mask if mask is True else mask[(..., *(np.newaxis,) * core)])
         return tuple(results)
 
     return execute
+
+
+def _blocks(shape: tuple[int, ...], limit: int) -> Iterator[tuple[Any, ...]]:
+    """Indices that cut an array of ``shape`` into blocks of at most ``limit`` elements: runs
+    along one axis, whole in the axes after it (single elements of the last axis if one row of
+    it is already longer). An array within ``limit`` is one block, ``()``."""
+    inner, axis = 1, len(shape)
+    while axis > 0 and inner * shape[axis - 1] <= limit:
+        axis -= 1
+        inner *= shape[axis]
+    if axis == 0:
+        yield ()
+        return
+    axis -= 1
+    step = max(1, limit // inner)
+    for outer in np.ndindex(*shape[:axis]):
+        for lo in range(0, shape[axis], step):
+            yield (*outer, slice(lo, lo + step))
+
+
+def _block_of(a: Any, shape: tuple[int, ...], index: tuple[Any, ...]) -> Any:
+    """Argument ``a`` (an array, a scalar, or ``True`` for no mask) broadcast to ``shape``, at
+    ``index``: a view, as broadcasting never materializes; scalars as they are."""
+    if np.ndim(a) == 0:
+        return a
+    return np.broadcast_to(a, shape)[index]
 
 
 def _loop_writes_correctly(out: Arg, inputs: tuple[Arg, ...], loop: np.dtype) -> bool:
