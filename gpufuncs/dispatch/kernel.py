@@ -34,6 +34,7 @@ from ..targets import (
 from . import methods
 from .args import arg_key, call_key, device_arrays_of, overrides_array_ufunc
 from .interop import finish_gufunc, gufunc_keywords
+from .operands import Operands, _array_result, finish_out, finisher, operands_for, stage
 from .plan import (
     KEYWORDS,
     Call,
@@ -59,37 +60,33 @@ class ResolvedCall:
     Attributes
     ----------
     plan : Plan
-        The validated call.
+        The validated call, as the target executes it (see :class:`.operands.Operands`).
     target : str
         The concrete target it runs on.
     """
 
-    __slots__ = ("_convert", "_executor", "_finish", "_nin", "_out_checks", "_outs_from", "_run",
-                 "_stop", "_stream", "_where", "plan", "target")
+    __slots__ = ("_executor", "_finish", "_nin", "_ops", "_out_checks", "_outs_from", "_run",
+                 "_stop", "_stream", "_ufunc", "_where", "plan", "target")
 
-    def __init__(self, kernel: Kernel, call: Call, plan: Plan, target: str, executor: Callable,
-                 convert: tuple[int, ...], where_converted: bool) -> None:
+    def __init__(self, kernel: Kernel, call: Call, ops: Operands, target: str, executor: Callable,
+                 where_converted: bool) -> None:
         spec = kernel.spec
-        self.plan, self.target, self._executor = plan, target, executor
+        self.plan, self.target, self._executor = ops.plan, target, executor
+        self._ops, self._ufunc = ops, kernel
         self._nin = spec.nin
         self._stop = spec.nin + len(call.sizes)  # where positional outputs start
         self._outs_from = "args" if call.out_positional else ("out" if call.outs is not None else None)
         self._out_checks = tuple(_writable_check(spec, o) for o in call.outs or ())
-        self._convert = convert
         self._where = "convert" if where_converted else ("given" if "where" in _given(call) else None)
         self._stream = "stream" in call.options
-        elementwise_scalar = spec.layout is None and not plan.loop_shape and all(
-            a.role != DEVICE for a in plan.inputs)
-        self._finish = _scalar_result if elementwise_scalar else _array_result
-        if spec.nout > 1:
-            self._finish = tuple
+        self._finish = finisher(kernel, ops.plan, ops, spec.nout)
         # The same steps, without the ones this call signature never needs.
-        simple = self._where is None and not self._stream and not convert
+        simple = self._where is None and not self._stream and ops.plain
         if simple and self._outs_from is None and not call.sizes and self._finish is _array_result:
             self._run = self._plain_array
         elif simple and self._outs_from is None:
             self._run = self._plain if not call.sizes else self._sized
-        elif (self._where != "convert" and not self._stream and not convert and
+        elif (self._where != "convert" and not self._stream and ops.plain and
               self._outs_from == "out" and spec.nout == 1):
             self._run = self._one_out
         else:
@@ -102,10 +99,11 @@ class ResolvedCall:
         return self._executor(args, None, True, None)[0]
 
     def _plain(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return self._finish(self._executor(args, None, True, None))
+        return self._finish(self._executor(args, None, True, None), args)
 
     def _sized(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return self._finish(self._executor(args[: self._nin], None, True, None))
+        inputs = args[: self._nin]
+        return self._finish(self._executor(inputs, None, True, None), inputs)
 
     def _one_out(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = kwargs["out"]
@@ -115,31 +113,26 @@ class ResolvedCall:
         return outs[0]
 
     def _general(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        inputs = args[: self._nin]
-        for i in self._convert:  # array-likes such as lists (never cached: converted each call)
-            inputs = (*inputs[:i], np.asarray(inputs[i]), *inputs[i + 1:])
-        outs = None
-        if self._outs_from is not None:
-            outs = args[self._stop:] if self._outs_from == "args" else kwargs["out"]
-            if type(outs) is not tuple:
-                outs = (outs,)
-            for check, out in zip(self._out_checks, outs):
-                check(out)
+        given = inputs = args[: self._nin]
+        for i, convert in self._ops.convert:  # lists, subclasses, float16 (see Operands)
+            inputs = (*inputs[:i], convert(inputs[i]), *inputs[i + 1:])
         where = True
         if self._where is not None:
             where = kwargs["where"] if self._where == "given" else np.asarray(kwargs["where"], dtype=bool)
-        results = self._executor(inputs, outs, where, kwargs["stream"] if self._stream else None)
-        if outs is not None:
-            return outs[0] if len(outs) == 1 else outs
-        return self._finish(results)
-
-
-def _scalar_result(results: tuple[Any, ...]) -> Any:
-    return results[0][()]  # like NumPy: 0-d inputs give a NumPy scalar
-
-
-def _array_result(results: tuple[Any, ...]) -> Any:
-    return results[0]
+        stream = kwargs["stream"] if self._stream else None
+        if self._outs_from is None:
+            return self._finish(self._executor(inputs, None, where, stream), given)
+        outs = args[self._stop:] if self._outs_from == "args" else kwargs["out"]
+        if type(outs) is not tuple:
+            outs = (outs,)
+        for check, out in zip(self._out_checks, outs):
+            check(out)
+        arrays = tuple(map(np.asarray, outs)) if self._ops.outs_as_arrays else outs
+        if self._ops.staged:
+            stage(self._executor, self.plan, inputs, arrays, where, stream)
+        else:
+            self._executor(inputs, arrays, where, stream)
+        return finish_out(self._ufunc, outs, given)
 
 
 def _given(call: Call) -> set[str]:
@@ -201,11 +194,11 @@ class Kernel:
 
     @property
     def ntypes(self) -> int:
-        return len(self.spec.loops)
+        return len(self.types)
 
     @property
     def types(self) -> list[str]:
-        """NumPy's loop strings, e.g. ``['fff->f', 'ddd->d']``."""
+        """NumPy's loop strings, e.g. ``['e->e', 'f->f', 'd->d']`` (float16 computes in float32)."""
         return loop_types(self.spec)
 
     @property
@@ -286,22 +279,21 @@ class Kernel:
         overridden = self._override(call)
         if overridden is not None:
             return overridden
-        infos, convert = [], []
+        infos, values = [], []
         for i, value in enumerate(call.inputs):
             info, converted = describe_input(spec, value, i)
             infos.append(info)
-            if converted is not value:
-                convert.append(i)
+            values.append(converted)
         outs = [describe_out(spec, o) for o in call.outs] if call.outs is not None else None
         where, mask = where_arg(spec, call.where)
         if where is not None and outs is None:
             warnings.warn(f"{spec.name}: 'where' used without 'out', expect uninitialized memory "
                           "in the output. If this is intentional, use out=None.", UserWarning,
                           stacklevel=3)
-        plan = build_plan(spec, call, infos, outs, where)
-        target = self._choose_target(call, plan)
-        executor = get_target(target).prepare(spec, self.compiled(target), plan)
-        resolved = ResolvedCall(self, call, plan, target, executor, tuple(convert),
+        ops = operands_for(build_plan(spec, call, infos, outs, where), call.inputs, values, infos)
+        target = self._choose_target(call, ops.plan)
+        executor = get_target(target).prepare(spec, self.compiled(target), ops.plan)
+        resolved = ResolvedCall(self, call, ops, target, executor,
                                 where is not None and mask is not call.where)
         if key is not None:
             if len(self._resolved) >= RESOLVED_CACHE_SIZE:

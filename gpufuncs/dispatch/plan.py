@@ -3,8 +3,10 @@
 Everything here raises before anything is written, with the kernel's name in the message, and
 runs once per call signature: its result is cached by the caller, so clarity wins over speed.
 The rules are NumPy's (broadcasting, NEP 50 scalars, casting, ``out=`` shapes) applied to the
-kernel's float loops: float16 computes in float32 and is returned as float16, integers and bool
-compute in float64.
+kernel's loops as NumPy selects among a ufunc's loops: the declared float32/float64 loops plus a
+float16 loop that computes in the narrowest declared one (NumPy's own float16 loops compute in
+float32). One deliberate difference: integer and bool inputs compute in float64, where NumPy's
+first safe loop would be float16 for int8 (see docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..spec import KernelSpec
-from ..targets import SCALAR, Arg, Plan
+from ..targets import HOST, SCALAR, Arg, Plan
 from ..targets.base import is_contiguous
 from .args import describe
 
@@ -25,6 +27,7 @@ ORDERS = ("K", "A", "C", "F")
 #: Keywords of every call, with their defaults (``target`` options such as ``stream`` aside).
 KEYWORDS = {"out": None, "where": True, "dtype": None, "casting": "same_kind", "order": "K",
             "target": "auto"}
+HALF = np.dtype(np.float16)
 _UNSUPPORTED_KINDS = {"c": "complex", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
                       "m": "timedelta", "V": "void/structured"}
 
@@ -122,51 +125,69 @@ def _check_kind(spec: KernelSpec, dtype: Any, role: str) -> None:
 
 
 def _supported(spec: KernelSpec) -> list[str]:
-    loops = [str(lp.dtype) for lp in spec.loops]
-    return [*loops, "float16 (computed in float32)", "integer and bool (computed in float64)"]
+    return [f"{d}" + (f" (computed in {spec.loops[0].dtype})" if d == HALF else "")
+            for d in loop_dtypes(spec)] + ["integer and bool (computed in float64)"]
+
+
+def loop_dtypes(spec: KernelSpec) -> tuple[np.dtype, ...]:
+    """The dtypes a call can select, narrowest first: float16, then the declared loops.
+
+    float16 has no compiled loop of its own: it computes in the narrowest declared loop and
+    rounds the result to float16, as NumPy's own float16 loops (``np.exp``, ``np.add``) do.
+    """
+    return (HALF, *(lp.dtype for lp in spec.loops))
 
 
 def loop_types(spec: KernelSpec) -> list[str]:
-    """NumPy's loop strings, e.g. ``['fff->f', 'ddd->d']``."""
-    return [lp.char * spec.nin + "->" + lp.char * spec.nout for lp in spec.loops]
+    """NumPy's loop strings, e.g. ``['e->e', 'f->f', 'd->d']``."""
+    return [d.char * spec.nin + "->" + d.char * spec.nout for d in loop_dtypes(spec)]
 
 
 def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any) -> tuple[np.dtype, np.dtype]:
-    """(loop dtype, result dtype) by NumPy's promotion rules and the kernel's float loops.
+    """(loop dtype, result dtype): the declared loop that runs, and the dtype of the loop NumPy
+    would select (``float16`` for float16, which runs in the narrowest declared loop).
 
-    ``dtypes`` holds NumPy dtypes, or Python types for weak scalars (NEP 50).
+    ``dtypes`` holds NumPy dtypes, or Python types for weak scalars (NEP 50). Like NumPy, the
+    selected loop is the first that every input casts to safely, or the one ``dtype=`` names;
+    there is none for longdouble (``TypeError``, as for any ufunc without such a loop).
     """
+    loops = ", ".join(loop_types(spec))
     if requested is not None:
-        try:
-            natural = np.dtype(requested)
-        except TypeError:
-            raise TypeError(f"{spec.name}: dtype={requested!r} is not a dtype; "
-                            f"loops: {', '.join(loop_types(spec))}") from None
-        if natural.kind != "f":
-            raise TypeError(f"{spec.name}: dtype={natural} is not a floating dtype; "
-                            f"loops: {', '.join(loop_types(spec))}")
+        wanted = _requested(spec, requested, loops)
     else:
         natural = np.result_type(*(d if isinstance(d, np.dtype) else d(0) for d in dtypes))
-    # float16 computes in float32 and is returned as float16 (NumPy's own float16 loops do
-    # the same); integers and bool compute in float64.
-    wanted = np.dtype(np.float32) if natural == np.float16 else natural
-    if wanted.kind != "f" or wanted.itemsize > 8:
-        wanted = np.dtype(np.float64)
-    loop = next((lp.dtype for lp in spec.loops if lp.dtype.itemsize >= wanted.itemsize), None)
-    if loop is None:
-        raise TypeError(f"{spec.name}: no loop for dtype {natural}; loops: {', '.join(loop_types(spec))}")
-    return loop, (natural if natural == np.float16 else loop)
+        if natural.kind in "biu":  # deliberate: NumPy would pick float16 for int8 and bool
+            natural = np.dtype(np.float64)
+        wanted = next((d for d in loop_dtypes(spec) if np.can_cast(natural, d, "safe")), None)
+        if wanted is None:
+            raise TypeError(f"{spec.name}: no loop for input dtype {natural} (loops: {loops}); NumPy "
+                            f"casts to a narrower loop only when asked: pass dtype= to choose one")
+    return (spec.loops[0].dtype if wanted == HALF else wanted), wanted
 
 
-def check_casting(spec: KernelSpec, dtypes: list[Any], loop: np.dtype, result: np.dtype,
-                  out_dtypes: list[np.dtype], casting: str) -> None:
-    """Raise ``TypeError`` if an input or output cast breaks ``casting``."""
+def _requested(spec: KernelSpec, requested: Any, loops: str) -> np.dtype:
+    """The loop dtype that ``dtype=`` names (``TypeError`` if there is none)."""
+    try:
+        wanted = np.dtype(requested)
+    except TypeError:
+        raise TypeError(f"{spec.name}: dtype={requested!r} is not a dtype; loops: {loops}") from None
+    if wanted.kind != "f":
+        raise TypeError(f"{spec.name}: dtype={wanted} is not a floating dtype; loops: {loops}")
+    if wanted not in loop_dtypes(spec):
+        raise TypeError(f"{spec.name}: no loop for dtype={wanted}; loops: {loops}")
+    return wanted
+
+
+def check_casting(spec: KernelSpec, dtypes: list[Any], result: np.dtype, out_dtypes: list[np.dtype],
+                  casting: str) -> None:
+    """Raise ``TypeError`` if an input's cast to the selected loop (``result``, its dtype) or
+    the result's cast into an ``out=`` breaks ``casting``."""
     if casting not in CASTINGS:
         raise ValueError(f"{spec.name}: casting must be one of {CASTINGS}, got {casting!r}")
     for i, dt in enumerate(dtypes):
-        if isinstance(dt, np.dtype) and not np.can_cast(dt, loop, casting):
+        if isinstance(dt, np.dtype) and not np.can_cast(dt, result, casting):
             raise TypeError(f"{spec.name}: cannot cast input {spec.input_names[i]!r} "
-                            f"from {dt} to the {loop} loop with casting={casting!r}")
+                            f"from {dt} to the {result} loop with casting={casting!r}")
     for odt in out_dtypes:
         if not np.can_cast(result, odt, casting):
             raise TypeError(f"{spec.name}: cannot cast the {result} result to out= dtype "
@@ -178,7 +199,7 @@ def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg] 
     """Validate dtypes, casting, order and shapes of a call; return its :class:`Plan`."""
     dtypes = [a.dtype for a in inputs]
     loop_dtype, result_dtype = resolve_loop(spec, dtypes, call.dtype)
-    check_casting(spec, dtypes, loop_dtype, result_dtype, [o.dtype for o in outs or ()], call.casting)
+    check_casting(spec, dtypes, result_dtype, [o.dtype for o in outs or ()], call.casting)
     if call.order not in ORDERS:
         raise ValueError(f"{spec.name}: order must be one of {ORDERS}, got {call.order!r}")
     loop_shape, out_shapes, core = _shapes(spec, [a.shape for a in inputs], outs, call.sizes,
@@ -256,7 +277,8 @@ def where_arg(spec: KernelSpec, where: Any) -> tuple[Arg | None, Any]:
     """The :class:`Arg` of a ``where=`` mask and the mask to use (``None``: write everywhere).
 
     Like NumPy: a boolean array is used as it is, other arrays must cast safely to bool, and
-    anything else (a list, a Python bool) is converted with ``np.asarray(where, dtype=bool)``.
+    anything else (a list, a Python bool, a subclass) is converted with
+    ``np.asarray(where, dtype=bool)``.
     """
     if where is True:
         return None, True
@@ -264,10 +286,10 @@ def where_arg(spec: KernelSpec, where: Any) -> tuple[Arg | None, Any]:
     if info is None or info.role == SCALAR:
         where = np.asarray(where, dtype=bool)
         info = describe(where)
-    if info.dtype != np.bool_:
+    if info.dtype != np.bool_ or (info.role == HOST and info.cls is not np.ndarray):
         if not np.can_cast(info.dtype, np.bool_, "safe"):
             raise TypeError(f"{spec.name}: cannot cast where= from dtype {info.dtype} to bool "
                             "according to the rule 'safe'")
-        where = np.asarray(where, dtype=bool)
+        where = np.asarray(where, dtype=bool)  # a subclass (a masked array) as its plain data
         info = describe(where)
     return info, where

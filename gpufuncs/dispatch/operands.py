@@ -1,0 +1,183 @@
+"""What the executor receives, and what the caller gets back, for one call signature.
+
+Targets execute plain arrays of NumPy's own class; everything else a call may hold is turned into
+such arrays here, once decided per call signature:
+
+* array subclasses (masked arrays, ``np.matrix``, a user's own) are handed over as plain views,
+  and new results are wrapped back the way NumPy wraps them (``__array_wrap__`` of the input
+  NumPy picks, with the ``(ufunc, args, i)`` context that lets a masked array combine masks);
+  an ``out=`` subclass is returned through its own ``__array_wrap__``, as NumPy does;
+* a call whose selected loop is float16 (see :func:`.plan.resolve_loop`) reads its inputs as
+  float16, as NumPy's float16 loop would, and a float16 result meant for an ``out=`` of another
+  dtype is rounded to float16 before the cast (computed into a new array, then copied);
+* 0-d results become NumPy scalars, as NumPy returns them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..targets import DEVICE, HOST, NUMPY_SCALAR, SCALAR, Arg, Plan
+from .args import describe
+from .plan import HALF
+
+#: NumPy's priorities for an exact ndarray and for a scalar (``NPY_PRIORITY``, ``NPY_SCALAR_PRIORITY``).
+_ARRAY_PRIORITY, _SCALAR_PRIORITY = 0.0, -1000000.0
+
+
+@dataclass(frozen=True)
+class Operands:
+    """How the arguments of one call signature become the executor's operands.
+
+    Attributes
+    ----------
+    plan : Plan
+        The plan the target executes: the validated plan, with converted operands described.
+    convert : tuple of (int, callable)
+        Inputs to convert on every call, by index (lists to arrays, subclasses to plain views,
+        anything to float16 for the float16 loop).
+    outs_as_arrays : bool
+        Whether ``out=`` holds subclasses, handed over as plain views.
+    staged : bool
+        Whether results go through new arrays of the result dtype before the cast into ``out=``.
+    wrap : int or None
+        The input whose ``__array_wrap__`` wraps new results, as NumPy picks it.
+    """
+
+    plan: Plan
+    convert: tuple[tuple[int, Callable[[Any], Any]], ...] = ()
+    outs_as_arrays: bool = False
+    staged: bool = False
+    wrap: int | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Whether every argument is handed over, and every result returned, as it is."""
+        return not (self.convert or self.outs_as_arrays or self.staged) and self.wrap is None
+
+
+def operands_for(plan: Plan, given: list[Any], values: list[Any], infos: list[Arg]) -> Operands:
+    """The :class:`Operands` of a validated call: ``given`` are the inputs as passed, ``values``
+    the same after array-likes were converted, ``infos`` their descriptions (``plan.inputs``)."""
+    half = plan.result_dtype == HALF
+    convert, described = [], []
+    for i, (arg, value, info) in enumerate(zip(given, values, infos)):
+        step = _conversion(info, value is not arg, half)
+        if step is not None:
+            convert.append((i, step))
+            info = describe(step(arg))
+        described.append(info)
+    outs = plan.outs or ()
+    outs_as_arrays = any(o.role == HOST and o.cls is not np.ndarray for o in outs)
+    staged = half and any(o.dtype != HALF for o in outs) and all(o.role == HOST for o in outs)
+    executed = replace(plan, inputs=tuple(described),
+                       outs=tuple(_plain(o) for o in outs) if outs_as_arrays else plan.outs)
+    if staged:  # the executor allocates float16 results everywhere; the copy applies where=
+        executed = replace(executed, outs=None, where=None)
+    return Operands(executed, tuple(convert), outs_as_arrays, staged, wrap_index(given, infos))
+
+
+def _conversion(info: Arg, listlike: bool, half: bool) -> Callable[[Any], Any] | None:
+    if info.role == DEVICE:
+        return None  # device arrays are the device target's to read
+    if half and info.dtype != HALF:
+        return _as_half  # NumPy casts every input to the float16 loop's dtype first
+    if listlike or (info.role == HOST and info.cls is not np.ndarray):
+        return np.asarray  # a plain view of a subclass; a new array of a list
+    return None
+
+
+def _as_half(value: Any) -> np.ndarray:
+    return np.asarray(value, dtype=HALF)
+
+
+def _plain(arg: Arg) -> Arg:
+    return replace(arg, cls=np.ndarray) if arg.role == HOST else arg
+
+
+def wrap_index(given: list[Any], infos: list[Arg]) -> int | None:
+    """The input whose ``__array_wrap__`` wraps new results, or ``None`` for none.
+
+    NumPy's ``npy_find_array_wrap``: the first input of the highest ``__array_priority__`` among
+    those with an ``__array_wrap__``, where an exact ndarray counts with priority 0 and scalars
+    with -1e6 and neither wraps; a subclass of priority 0 is preferred to an exact ndarray.
+    """
+    found, priority = None, None
+    for i, (value, info) in enumerate(zip(given, infos)):
+        if info.role == DEVICE:
+            continue
+        if type(value) is np.ndarray or info.role in (SCALAR, NUMPY_SCALAR):
+            mine = _ARRAY_PRIORITY if type(value) is np.ndarray else _SCALAR_PRIORITY
+            if priority is None or priority < mine:
+                found, priority = None, mine
+            continue
+        if getattr(type(value), "__array_wrap__", None) is None:
+            continue  # lists and the like
+        mine = float(getattr(value, "__array_priority__", 0.0))
+        if priority is None or priority < mine or (mine == 0.0 and found is None):
+            found, priority = i, mine
+    return found
+
+
+def apply_wrap(wrapper: Any, result: Any, context: tuple[Any, ...], return_scalar: bool) -> Any:
+    """``wrapper.__array_wrap__(result, context, return_scalar)``, falling back to the older
+    signatures without ``return_scalar`` and without ``context`` as NumPy does."""
+    wrap = wrapper.__array_wrap__
+    try:
+        return wrap(result, context, return_scalar)
+    except TypeError:
+        pass
+    try:
+        wrapped = wrap(result, context)
+    except TypeError:
+        wrapped = wrap(result)
+    return wrapped[()] if return_scalar and type(wrapped) is np.ndarray else wrapped
+
+
+Finish = Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
+
+
+def finisher(ufunc: Any, plan: Plan, ops: Operands, nout: int) -> Finish:
+    """``finish(results, inputs)``: the call's return value from the executor's new results."""
+    scalar = not any(s for s in plan.out_shapes) and all(a.role != DEVICE for a in plan.inputs)
+    wrap = ops.wrap
+    if wrap is not None:
+        def wrapped(results: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
+            done = tuple(apply_wrap(inputs[wrap], r, (ufunc, inputs, i), r.ndim == 0)
+                         for i, r in enumerate(results))
+            return done[0] if nout == 1 else done
+        return wrapped
+    if nout > 1:
+        return lambda results, inputs: tuple(r[()] for r in results) if scalar else tuple(results)
+    return _scalar_result if scalar else _array_result
+
+
+def _scalar_result(results: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
+    return results[0][()]  # like NumPy: a 0-d result is returned as a NumPy scalar
+
+
+def _array_result(results: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
+    return results[0]
+
+
+def finish_out(ufunc: Any, outs: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
+    """What a call with ``out=`` returns: each ``out`` array, through its own ``__array_wrap__``
+    where it is a subclass (NumPy's rule: a masked ``out`` takes the inputs' combined mask)."""
+    done = tuple(o if type(o) is np.ndarray or not hasattr(o, "__array_wrap__")
+                 else apply_wrap(o, o, (ufunc, (*inputs, *outs), i), False)
+                 for i, o in enumerate(outs))
+    return done[0] if len(done) == 1 else done
+
+
+def stage(executor: Callable[..., tuple[Any, ...]], plan: Plan, inputs: tuple[Any, ...],
+          outs: tuple[Any, ...], where: Any, stream: Any) -> None:
+    """Run into new arrays of the result dtype and cast them into ``outs`` where ``where``
+    holds (the mask broadcast over each output's core dimensions)."""
+    results = executor(inputs, None, True, stream)
+    for out, result, core in zip(outs, results, plan.cores[len(plan.inputs):]):
+        mask = where if where is True else np.asarray(where)[(..., *(np.newaxis,) * core)]
+        np.copyto(out, result, casting="unsafe", where=mask)
