@@ -5,6 +5,9 @@ ufunc on host arrays or GPU arrays. Importing this package compiles nothing: eac
 compiled for a target on its first use there.
 """
 
+import importlib
+from typing import Any
+
 from .dispatch import Kernel
 from .registry import float_signatures, get, gufunc, names, registry, ufunc
 from .scalar import as_type
@@ -21,6 +24,23 @@ gaussian = registry["gaussian"]
 exp = registry["exp"]
 clamp = registry["clamp"]
 hermite_norm = registry["hermite_norm"]
+
+
+def __getattr__(name: str) -> Any:
+    """``gpufuncs.testing`` on first access, as ``numpy.testing``: importing gpufuncs does not
+    import Hypothesis or SciPy, which that module needs (the ``check`` or ``test`` extra)."""
+    if name == "testing":
+        try:
+            return importlib.import_module(".testing", __name__)
+        except ModuleNotFoundError as exc:
+            raise ImportError(f"gpufuncs.testing needs {exc.name}, which is not installed: "
+                              'pip install "gpufuncs[check]"') from exc
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "testing"})
+
 
 __all__ = [
     "CudaUnavailableError",

@@ -3,12 +3,23 @@
 Every registered kernel is run on every available target, for each of its dtypes, on a few
 thousand points chosen to reach every order of magnitude, the edges of the kernel's declared
 domains, zeros, subnormals, infinities and NaN, and compared with its reference under its
-declared tolerance. The exit status is 1 if any check fails. References that need a package
-that is not installed (SciPy, on a plain ``pip install .``) are skipped with a note.
+declared tolerance. The exit status is 1 if any check fails, 2 for a bad option. Without the
+``check`` extra (a plain ``pip install .``: no Hypothesis, no SciPy) the self-check is skipped,
+saying why, and the exit status is 0; references that need SciPy alone are skipped the same way.
+
+Errors are shown as ULPs of the dtype for elementwise kernels and, for gufuncs, norm-wise in
+units of the dtype's epsilon: the largest ``|result - reference|`` divided by the largest
+``|reference|`` along the core dimension, which is how their tolerances are declared (per
+element, the small entries of a ``hermite_norm`` row would show errors of 10^5 ULP that are
+rounding noise next to the row's large entries).
+
+    python -m gpufuncs [--kernels NAMES] [--targets NAMES] [--quick] [--json]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import timeit
 from collections.abc import Callable, Iterator
@@ -79,19 +90,23 @@ def check_inputs(spec: KernelSpec, dtype: np.dtype) -> list[np.ndarray]:
             for name in spec.input_names]
 
 
-def comparison() -> Callable[..., tuple[float, float]] | None:
-    """:func:`gpufuncs.testing.compare` as ``(max rel, max ulp)``; ``None`` when it cannot be
-    imported (it needs Hypothesis: ``pip install "gpufuncs[check]"``)."""
+def comparison() -> tuple[Callable[..., dict[str, Any]] | None, str | None]:
+    """:func:`gpufuncs.testing.compare` as a function giving a row's error fields, or ``None``
+    and the reason when it cannot be imported (it needs Hypothesis: the ``check`` extra)."""
     try:
         from gpufuncs.testing import compare
-    except ImportError:
-        return None
+    except ImportError as exc:
+        return None, (f"gpufuncs.testing needs {exc.name or exc}, which is not installed "
+                      '(pip install "gpufuncs[check]")')
 
-    def via_testing(kernel: Kernel, args: tuple, result: np.ndarray, dtype: np.dtype, target: str) -> tuple:
+    def errors(kernel: Kernel, args: tuple, result: np.ndarray, dtype: np.dtype, target: str) -> dict:
         found = compare(kernel, args, result, dtype=dtype, target=target)
-        return found.max_rel, found.max_ulp
+        if kernel.spec.layout is not None:  # norm-wise, as gufunc tolerances are declared
+            return {"rel": found.max_rel, "error": found.max_rel / float(np.finfo(dtype).eps),
+                    "unit": "eps"}
+        return {"rel": found.max_rel, "error": found.max_ulp, "unit": "ulp"}
 
-    return via_testing
+    return errors, None
 
 
 def core_sizes(kernel: Kernel, size: int) -> list[int]:
@@ -116,21 +131,22 @@ def to_host(result: Any) -> np.ndarray:
     return np.asarray(result.get() if hasattr(result, "get") else result)
 
 
-def check_rows(kernel: Kernel, targets: tuple[str, ...], compare: Callable[..., Any]) -> Iterator[dict]:
+def check_rows(kernel: Kernel, targets: tuple[str, ...], errors: Callable[..., dict]) -> Iterator[dict]:
     """Check ``kernel`` for each of its dtypes on each target; one row per (target, dtype)."""
     for dtype in (loop.dtype for loop in kernel.spec.loops):
         args = (*check_inputs(kernel.spec, dtype), *core_sizes(kernel, CHECK_CORE_SIZE))
         for target in targets:
-            row = {"kernel": kernel.__name__, "target": target, "dtype": str(dtype)}
+            row: dict[str, Any] = {"kernel": kernel.__name__, "target": target, "dtype": str(dtype)}
             try:
                 with np.errstate(all="ignore"):
                     result = to_host(kernel(*args, target=target))
-                row["rel"], row["ulps"] = compare(kernel, args, result, dtype, target)
-                row["ok"] = True
+                row.update(errors(kernel, args, result, dtype, target))
+                row["status"] = "ok"
             except ImportError as exc:  # the reference needs SciPy, say
+                row["status"] = "skipped"
                 row["note"] = f"the reference needs {exc.name or exc}, which is not installed"
             except Exception as exc:  # a mismatch, or a kernel that fails to compile or run
-                row["ok"], row["note"] = False, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                row["status"], row["note"] = "FAIL", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             yield row
 
 
@@ -141,61 +157,130 @@ def best_time(fn: Callable[[], Any]) -> float:
 
 
 def timing_row(kernel: Kernel, targets: tuple[str, ...]) -> dict[str, Any]:
-    """Milliseconds per call at ``TIMING_SIZE`` float64 elements on each target and for the reference."""
+    """Milliseconds per call at ``TIMING_SIZE`` float64 elements on each target and for the
+    reference (``None`` where the reference cannot run here)."""
     spec, rng = kernel.spec, np.random.default_rng(0)
     inputs = [rng.uniform(max(lo, -4.0), min(hi, 4.0), TIMING_SIZE)
               for lo, hi in (spec.domains.get(n, (-np.inf, np.inf)) for n in spec.input_names)]
     args = (*inputs, *core_sizes(kernel, TIMING_CORE_SIZE))
-    row: dict[str, Any] = {t: 1e3 * best_time(lambda t=t: kernel(*args, target=t)) for t in targets}
+    row: dict[str, Any] = {"kernel": kernel.__name__}
+    row.update({t: 1e3 * best_time(lambda t=t: kernel(*args, target=t)) for t in targets})
     runs = reference_runs(spec, *(a[:8] for a in inputs), *args[len(inputs):])
     row["reference"] = 1e3 * best_time(lambda: spec.reference(*args)) if runs else None
     return row
 
 
-def print_checks(targets: tuple[str, ...]) -> bool:
-    """Print the self-check table; True when every check that could run passed."""
-    compare = comparison()
-    if compare is None:
-        print('\nself-check: needs gpufuncs.testing (SciPy, Hypothesis): pip install "gpufuncs[check]"')
-        return False
+def run_checks(kernels: list[Kernel], targets: tuple[str, ...]) -> dict[str, Any]:
+    """The self-check: ``status`` (passed, failed or skipped), its ``rows``, and a ``reason``
+    when it was skipped."""
+    errors, reason = comparison()
+    if errors is None:
+        return {"status": "skipped", "reason": reason, "rows": []}
+    rows = [row for kernel in kernels for row in check_rows(kernel, targets, errors)]
+    failed = any(row["status"] == "FAIL" for row in rows)
+    return {"status": "failed" if failed else "passed", "points": POINTS, "core_size": CHECK_CORE_SIZE,
+            "rows": rows}
+
+
+def print_checks(check: dict[str, Any]) -> None:
+    """Print the self-check table (or why it was skipped)."""
+    if check["status"] == "skipped":
+        print(f"\nself-check skipped: {check['reason']}")
+        return
     print(f"\nself-check, {POINTS} points per kernel and dtype (gufunc core size {CHECK_CORE_SIZE}), "
           "with gpufuncs.testing.compare:")
-    print(f"  {'kernel':<14}{'target':<10}{'dtype':<9}{'max rel err':>12}{'max ulp':>10}  OK")
-    passed = True
-    for kernel in gf.registry.values():
-        for r in check_rows(kernel, targets, compare):
-            passed &= r.get("ok", True)
-            status = {True: "ok", False: "FAIL"}.get(r.get("ok"), "skipped")
-            err = f"{r['rel']:>12.2e}{r['ulps']:>10.1f}" if "rel" in r else f"{'-':>12}{'-':>10}"
-            print(f"  {r['kernel']:<14}{r['target']:<10}{r['dtype']:<9}{err}  {status}"
-                  + (f"  ({r['note']})" if "note" in r else ""))
-    print("  max rel err: to |reference|, or its largest value along gufunc core dimensions; near 1 only "
-          "where results underflow\n  (atol or ULPs apply there). max ulp: per element, so large at the "
-          "small entries of gufunc rows.")
-    return passed
+    print(f"  {'kernel':<14}{'target':<10}{'dtype':<9}{'max rel err':>12}{'max error':>14}  OK")
+    for r in check["rows"]:
+        err = (f"{r['rel']:>12.2e}{r['error']:>10.1f} {r['unit']:<3}" if "rel" in r
+               else f"{'-':>12}{'-':>14}")
+        print(f"  {r['kernel']:<14}{r['target']:<10}{r['dtype']:<9}{err}  {r['status']}"
+              + (f"  ({r['note']})" if "note" in r else ""))
+    print("  max rel err: to |reference|, or to its largest value along the core dimension for gufuncs;\n"
+          "  near 1 only where results underflow (atol or ULPs apply there).\n"
+          "  max error: ulp = units in the last place of the dtype, per element (elementwise kernels);\n"
+          "  eps = norm-wise, max |result - reference| / max |reference| along the core dimension,\n"
+          "  in units of the dtype's epsilon (gufuncs, as their tolerances are declared).")
 
 
-def print_timings(targets: tuple[str, ...]) -> None:
+def print_timings(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> None:
     """Print milliseconds per call at ``TIMING_SIZE`` float64 elements, kernels vs references."""
     print(f"\ntimings, ms per call, {TIMING_SIZE:.0e} float64 elements (gufunc core size "
           f"{TIMING_CORE_SIZE}); reference = the kernel's NumPy/SciPy reference:")
     print("  " + f"{'kernel':<14}" + "".join(f"{c:>11}" for c in (*targets, "reference")))
-    for kernel in gf.registry.values():
-        row = timing_row(kernel, targets)
+    for row in rows:
         cells = (f"{row[c]:>11.2f}" if row[c] is not None else f"{'skipped':>11}"
                  for c in (*targets, "reference"))
-        print(f"  {kernel.__name__:<14}" + "".join(cells))
+        print(f"  {row['kernel']:<14}" + "".join(cells))
 
 
-def main() -> int:
+def verdict(check: dict[str, Any]) -> str:
+    """The closing line."""
+    if check["status"] == "skipped":
+        return f"self-check skipped ({check['reason']}); nothing failed"
+    skipped = sum(r["status"] == "skipped" for r in check["rows"])
+    note = f" ({skipped} skipped: their reference needs a package that is not installed)" if skipped else ""
+    return ("all checks passed" if check["status"] == "passed" else "SOME CHECKS FAILED") + note
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpufuncs",
+        description="Print the versions and available targets, the registered kernels, a self-check of "
+                    "every kernel on every target against its NumPy/SciPy reference, and timings at "
+                    f"{TIMING_SIZE:.0e} elements. Exit status: 0 when no check failed (also when the "
+                    "self-check is skipped because the check extra is not installed), 1 when one "
+                    "failed, 2 for a bad option.")
+    parser.add_argument("--kernels", metavar="NAMES", type=_names,
+                        help="comma-separated kernel names (default: every registered kernel: "
+                             f"{', '.join(gf.names())})")
+    parser.add_argument("--targets", metavar="NAMES", type=_names,
+                        help="comma-separated targets (default: every available one: "
+                             f"{', '.join(gf.available_targets())})")
+    parser.add_argument("--quick", action="store_true", help="the self-check only: no timing table")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (environment, kernels, check rows, timings) instead "
+                             "of the tables")
+    opts = parser.parse_args(argv)
+    unknown = [k for k in opts.kernels or () if k not in gf.registry]
+    if unknown:
+        parser.error(f"unknown kernels {unknown}; registered: {', '.join(gf.names())}")
+    for target in opts.targets or ():
+        if target not in ("cpu", "parallel", "cuda"):
+            parser.error(f"unknown target {target!r}; targets: cpu, parallel, cuda")
+        if target not in gf.available_targets():
+            from gpufuncs.targets import get_target
+
+            reason = get_target(target).unavailable_reason()
+            parser.error(f"target {target!r} is not available here: {reason}")
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
     """Print the report; return the exit status (1 if any check failed)."""
-    print("\n".join(environment()))
-    print("kernels:", *kernel_lines(), sep="\n")
-    targets = gf.available_targets()
-    passed = print_checks(targets)
-    print_timings(targets)
-    print("\nall checks passed" if passed else "\nSOME CHECKS FAILED")
-    return 0 if passed else 1
+    opts = parse_args(argv)
+    kernels = [gf.registry[name] for name in opts.kernels or gf.names()]
+    targets = tuple(opts.targets or gf.available_targets())
+    if not opts.json:
+        print("\n".join(environment()))
+        print("kernels:", *kernel_lines(), sep="\n")
+    check = run_checks(kernels, targets)
+    timings = [] if opts.quick else [timing_row(kernel, targets) for kernel in kernels]
+    if opts.json:
+        print(json.dumps({"environment": environment(), "targets": list(targets),
+                          "kernels": [{"name": k.__name__, "types": list(k.types),
+                                       "layout": k.signature} for k in kernels],
+                          "check": check, "timings": {"size": TIMING_SIZE, "unit": "ms", "rows": timings},
+                          "verdict": verdict(check)}, indent=2))
+    else:
+        print_checks(check)
+        if timings:
+            print_timings(timings, targets)
+        print("\n" + verdict(check))
+    return 1 if check["status"] == "failed" else 0
 
 
 if __name__ == "__main__":

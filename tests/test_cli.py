@@ -1,0 +1,150 @@
+"""``python -m gpufuncs`` (options, exit status, error units) and the lazy ``gf.testing``.
+
+Each test runs a fresh interpreter: what a user's ``import gpufuncs`` or ``python -m gpufuncs``
+imports, and what it does without the ``check`` extra, only shows there. "Without the extra" is
+a meta-path hook that makes ``import hypothesis`` and ``import scipy`` fail as they do on a plain
+``pip install .``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+#: Run first in a child to make Hypothesis and SciPy unimportable, as on a plain ``pip install .``.
+WITHOUT_CHECK_EXTRA = """
+import sys
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("hypothesis", "scipy"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def run(*args: str, code: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m gpufuncs ARGS``, or ``python -c CODE ARGS`` (``sys.argv[1:]`` = ARGS)."""
+    command = [sys.executable, *(["-c", code] if code else ["-m", "gpufuncs"]), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_help_prints_usage_and_every_option():
+    proc = run("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: python -m gpufuncs")
+    for option in ("--kernels", "--targets", "--quick", "--json"):
+        assert option in proc.stdout
+    assert "self-check" in proc.stdout and "hermite_norm" in proc.stdout  # what it does, the kernels
+
+
+def test_quick_json_check_gives_ulps_for_ufuncs_and_normwise_eps_for_gufuncs():
+    proc = run("--quick", "--json", "--kernels", "exp,hermite_norm", "--targets", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    check = report["check"]
+    assert check["status"] == "passed" and report["verdict"] == "all checks passed"
+    rows = {(r["kernel"], r["dtype"]): r for r in check["rows"]}
+    assert set(rows) == {(k, d) for k in ("exp", "hermite_norm") for d in ("float32", "float64")}
+    assert {r["target"] for r in check["rows"]} == {"cpu"}
+    assert all(r["status"] == "ok" for r in rows.values())
+    for dtype in ("float32", "float64"):
+        exp, hermite = rows["exp", dtype], rows["hermite_norm", dtype]
+        assert exp["unit"] == "ulp" and exp["error"] <= 1.0  # exp declares 1 ULP
+        # Norm-wise in eps, within hermite_norm's declared rtol of 64 eps: a number a reader can
+        # compare with the tolerance (per element the same row showed up to 5e5 ULP).
+        assert hermite["unit"] == "eps" and 0 < hermite["error"] <= 64
+        assert hermite["error"] == hermite["rel"] / np.finfo(dtype).eps
+    assert report["timings"]["rows"] == []  # --quick: no timing table
+
+
+def test_table_shows_the_units_and_timings_compare_with_the_reference():
+    proc = run("--kernels", "hermite_norm", "--targets", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    rows = [line.split() for line in lines if line.startswith("  hermite_norm  cpu")]
+    assert [r[-2:] for r in rows] == [["eps", "ok"], ["eps", "ok"]], proc.stdout
+    timing = next(line for line in lines if line.startswith("timings, ms per call"))
+    row = lines[lines.index(timing) + 2].split()
+    assert row[0] == "hermite_norm" and len(row) == 3 and all(float(v) > 0 for v in row[1:])
+    assert lines[-1] == "all checks passed"
+
+
+def test_without_the_check_extra_the_check_is_skipped_saying_why_and_exit_0():
+    code = WITHOUT_CHECK_EXTRA + "import runpy; runpy.run_module('gpufuncs', run_name='__main__')"
+    proc = run("--kernels", "gaussian", "--targets", "cpu", code=code)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    why = ("gpufuncs.testing needs hypothesis, which is not installed "
+           '(pip install "gpufuncs[check]")')
+    assert f"self-check skipped: {why}" in proc.stdout
+    assert "FAIL" not in proc.stdout
+    # The timing table still runs; gaussian's SciPy reference is marked as skipped.
+    gaussian = [line.split() for line in proc.stdout.splitlines() if line.startswith("  gaussian ")]
+    assert gaussian[-1][-1] == "skipped" and float(gaussian[-1][1]) > 0
+    assert proc.stdout.rstrip().endswith(f"self-check skipped ({why}); nothing failed")
+
+
+def test_a_failing_check_exits_1_naming_the_kernel():
+    code = """
+import math, sys, numpy as np, gpufuncs as gf
+from gpufuncs.__main__ import main
+
+@gf.ufunc(signatures=gf.float_signatures(1), reference=np.exp)
+def not_exp(x):
+    return x + gf.as_type(1, x)  # exp's first two Taylor terms: wrong almost everywhere
+
+sys.exit(main(sys.argv[1:]))
+"""
+    proc = run("--quick", "--kernels", "not_exp", "--targets", "cpu", code=code)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    fails = [line for line in proc.stdout.splitlines() if line.startswith("  not_exp       cpu ")]
+    assert len(fails) == 2 and all("FAIL  (AssertionError: not_exp (dtype" in f for f in fails), fails
+    assert proc.stdout.rstrip().endswith("SOME CHECKS FAILED")
+
+
+def test_bad_options_exit_2_saying_what_is_valid():
+    proc = run("--kernels", "exp,no_such_kernel")
+    assert proc.returncode == 2
+    assert "unknown kernels ['no_such_kernel']; registered: clamp, exp" in proc.stderr
+    proc = run("--targets", "gpu")
+    assert proc.returncode == 2 and "unknown target 'gpu'; targets: cpu, parallel, cuda" in proc.stderr
+
+
+def test_gf_testing_is_a_lazy_attribute_that_import_gpufuncs_does_not_load():
+    code = """
+import sys
+import numba
+before = set(sys.modules)  # numba itself imports SciPy when it is installed
+import gpufuncs as gf
+new = {m.partition(".")[0] for m in set(sys.modules) - before}
+assert not new & {"hypothesis", "scipy"}, new
+assert "gpufuncs.testing" not in sys.modules and "testing" in dir(gf)
+check_kernel = gf.testing.check_kernel  # no import of gpufuncs.testing written
+import gpufuncs.testing
+assert check_kernel is gpufuncs.testing.check_kernel and gf.testing is sys.modules["gpufuncs.testing"]
+try:
+    gf.no_such_attribute
+except AttributeError as exc:
+    assert "no attribute 'no_such_attribute'" in str(exc)
+else:
+    raise AssertionError("gf.no_such_attribute did not raise")
+print("ok")
+"""
+    proc = run(code=code)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+def test_gf_testing_without_hypothesis_says_what_to_install():
+    code = WITHOUT_CHECK_EXTRA + """
+import gpufuncs as gf
+try:
+    gf.testing
+except ImportError as exc:
+    print(exc)
+"""
+    proc = run(code=code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ("gpufuncs.testing needs hypothesis, which is not installed: "
+                           'pip install "gpufuncs[check]"\n')
