@@ -145,3 +145,42 @@ def device_arrays_of(obj: Any) -> DeviceArrays | None:
     if arrays is not None and (always or arrays.owns(obj)):
         return arrays
     return None
+
+
+def overriding(objs: Sequence[Any]) -> list[Any]:
+    """Arguments whose type overrides ``__array_ufunc__``, in NumPy's order (NEP 13): subclasses
+    before superclasses, otherwise left to right, one per type (device arrays excluded)."""
+    found: list[Any] = []
+    for obj in objs:
+        cls = type(obj)
+        if not overrides_array_ufunc(cls) or device_arrays_of(obj) is not None:
+            continue
+        if any(type(f) is cls for f in found):
+            continue
+        at = next((i for i, f in enumerate(found) if issubclass(cls, type(f))), len(found))
+        found.insert(at, obj)
+    return found
+
+
+def defer(name: str, ufunc: Any, method: str, candidates: list[Any], inputs: Sequence[Any],
+          kwargs: dict[str, Any], extra: Callable[[Any], dict[str, Any]] | None = None,
+          finish: Callable[[Any, Any], Any] | None = None) -> Any:
+    """Hand ``ufunc.method(*inputs, **kwargs)`` to each candidate's ``__array_ufunc__`` in turn
+    (``extra(obj)``: keywords for that candidate only; ``finish(obj, result)``: what the caller
+    gets); ``TypeError`` naming the kernel when every one returns ``NotImplemented``, as NumPy
+    raises."""
+    for obj in candidates:
+        more = extra(obj) if extra is not None else {}
+        result = type(obj).__array_ufunc__(obj, ufunc, method, *inputs, **kwargs, **more)
+        if result is not NotImplemented:
+            return finish(obj, result) if finish is not None else result
+    shown = "" if method == "__call__" else f".{method}"
+    raise TypeError(f"{name}{shown}: operand types {[type(c).__name__ for c in candidates]} all "
+                    f"returned NotImplemented from __array_ufunc__ (method {method!r})")
+
+
+def refuse_target(name: str, target: str, candidate: Any) -> None:
+    """NumPy's protocol has no target: an override runs the kernel with ``'auto'``."""
+    if target != "auto":
+        raise TypeError(f"{name}: target={target!r} cannot be passed through "
+                        f"{type(candidate).__name__}.__array_ufunc__; its blocks use 'auto'")

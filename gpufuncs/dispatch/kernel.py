@@ -32,7 +32,15 @@ from ..targets import (
     get_target,
 )
 from . import methods
-from .args import arg_key, call_key, device_arrays_of, overrides_array_ufunc
+from .args import (
+    arg_key,
+    call_key,
+    defer,
+    device_arrays_of,
+    overrides_array_ufunc,
+    overriding,
+    refuse_target,
+)
 from .interop import finish_gufunc, gufunc_keywords
 from .operands import Operands, _array_result, finish_out, finisher, operands_for, stage
 from .plan import (
@@ -321,14 +329,12 @@ class Kernel:
 
     def _override(self, call: Call) -> Callable[..., Any] | None:
         """A call that defers to an argument's ``__array_ufunc__`` (Dask, xarray, ...), if any."""
-        candidates = _overrides([*call.inputs, *(call.outs or ())])
+        candidates = overriding([*call.inputs, *(call.outs or ())])
         if not candidates:
             return None
-        if call.target != "auto":
-            # NumPy's protocol has no target; the override calls this kernel per block and
-            # each block picks its own target.
-            raise TypeError(f"{self.__name__}: target={call.target!r} cannot be passed through "
-                            f"{type(candidates[0]).__name__}.__array_ufunc__; its blocks use 'auto'")
+        # NumPy's protocol has no target; the override calls this kernel per block and each
+        # block picks its own target.
+        refuse_target(self.__name__, call.target, candidates[0])
         self._check_deferred_dtypes(call)
         given = {k: getattr(call, k) for k in _given(call)}
         if call.outs is not None:
@@ -336,15 +342,9 @@ class Kernel:
         ufunc_like: Any = self if not call.sizes else SizedKernel(self, tuple(call.sizes.values()))
 
         def deferred(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            for obj in candidates:
-                extra = gufunc_keywords(obj, call.sizes)
-                result = type(obj).__array_ufunc__(obj, ufunc_like, "__call__", *call.inputs,
-                                                   **given, **extra)
-                if result is not NotImplemented:
-                    return finish_gufunc(obj, result) if self.spec.layout else result
-            raise TypeError(f"{self.__name__}: operand types "
-                            f"{[type(c).__name__ for c in candidates]} all returned NotImplemented "
-                            "from __array_ufunc__")
+            return defer(self.__name__, ufunc_like, "__call__", candidates, call.inputs, given,
+                         lambda obj: gufunc_keywords(obj, call.sizes),
+                         finish_gufunc if self.spec.layout else None)
 
         return DeferredCall(deferred)
 
@@ -411,21 +411,6 @@ class SizedKernel:
         dims = self.kernel.spec.layout.output_only_dims
         bound = ", ".join(f"{d}={n}" for d, n in zip(dims, self.sizes))
         return f"<gpufuncs gufunc {self.__name__!r} with {bound}>"
-
-
-def _overrides(objs: list[Any]) -> list[Any]:
-    """Arguments whose type overrides ``__array_ufunc__``, in NumPy's order (NEP 13)."""
-    found: list[Any] = []
-    for obj in objs:
-        cls = type(obj)
-        if not overrides_array_ufunc(cls) or device_arrays_of(obj) is not None:
-            continue
-        if any(type(f) is cls for f in found):
-            continue
-        # Subclasses before superclasses, otherwise left to right.
-        at = next((i for i, f in enumerate(found) if issubclass(cls, type(f))), len(found))
-        found.insert(at, obj)
-    return found
 
 
 def _signature(spec: KernelSpec) -> inspect.Signature:

@@ -1,7 +1,9 @@
 """The ufunc methods of binary elementwise kernels: ``outer``, ``reduce``, ``accumulate``, ``at``.
 
-On the host they run through the real :class:`numpy.ufunc` that Numba built, after gpufuncs'
-own dtype rules picked the loop, so they follow NumPy exactly. On ``cuda``, ``outer`` is a
+Like NumPy's, each method first defers to an argument that overrides ``__array_ufunc__`` (Dask,
+xarray) with its own method name (NEP 13). On the host they run through the real
+:class:`numpy.ufunc` that Numba built, after gpufuncs' own dtype rules picked the loop, so NumPy
+itself validates ``axis``, ``out=``, ``where=`` and wraps subclasses. On ``cuda``, ``outer`` is a
 broadcast call and ``reduce`` a pairwise tree of calls (both through the one call path). Only the
 kernel's public interface is used here: calls, ``resolve_loop`` and ``compiled``.
 """
@@ -9,13 +11,19 @@ kernel's public interface is used here: calls, ``resolve_loop`` and ``compiled``
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..spec import IDENTITY, KernelSpec
 from ..targets import get_target
-from .args import describe, device_arrays_of
+from .args import defer, describe, device_arrays_of, overriding, refuse_target
+
+try:
+    from numpy.lib.array_utils import normalize_axis_tuple
+except ImportError:  # NumPy 1.26
+    from numpy.core.numeric import normalize_axis_tuple
 
 
 class Kernel(Protocol):
@@ -51,9 +59,37 @@ def require_binary(kernel: Kernel, method: str) -> None:
 def outer(kernel: Kernel, a: Any, b: Any, **kwargs: Any) -> Any:
     """``kernel(a[..., None, ...], b)``: every pair of elements, like :meth:`numpy.ufunc.outer`."""
     require_binary(kernel, "outer")
+    keywords = {k: v for k, v in kwargs.items() if k != "target"}
+    deferred = _defer(kernel, "outer", (a, b), kwargs.get("out"), keywords, kwargs.get("target", "auto"))
+    if deferred is not NO_VALUE:
+        return deferred
+    for position, operand in (("first", a), ("second", b)):
+        if isinstance(operand, np.matrix):  # NumPy's own refusal, word for word in substance
+            raise TypeError(f"{kernel.__name__}.outer() was passed a numpy matrix as {position} "
+                            "argument; convert it to an ndarray (matrix.A) first")
     a = a if hasattr(a, "reshape") else np.asarray(a)
     b = b if hasattr(b, "shape") else np.asarray(b)
     return kernel(a.reshape((*a.shape, *(1,) * len(b.shape))), b, **kwargs)
+
+
+def _defer(kernel: Kernel, method: str, inputs: tuple[Any, ...], out: Any, kwargs: dict[str, Any],
+           target: str) -> Any:
+    """The result of an override's ``__array_ufunc__`` for ``method``, or :data:`NO_VALUE`
+    when no argument (``out`` included) overrides it."""
+    outs = () if out is None else (out if isinstance(out, tuple) else (out,))
+    candidates = overriding([*inputs, *outs])
+    if not candidates:
+        return NO_VALUE
+    refuse_target(kernel.__name__, target, candidates[0])
+    if out is not None:
+        kwargs = {**kwargs, "out": outs}  # NumPy hands overrides out= as a tuple
+    return defer(kernel.__name__, kernel, method, candidates, inputs, kwargs)
+
+
+def _given(**values: tuple[Any, Any]) -> dict[str, Any]:
+    """The keywords whose value is not their default (``name=(value, default)``), as NumPy
+    passes them to ``__array_ufunc__``."""
+    return {k: v for k, (v, default) in values.items() if v is not default}
 
 
 def _host_ufunc(kernel: Kernel, target: str) -> Any:
@@ -67,17 +103,39 @@ def _host_ufunc(kernel: Kernel, target: str) -> Any:
     return getattr(compiled, "ufunc", compiled)
 
 
-def _host_loop(kernel: Kernel, array: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.dtype]:
-    """``array`` cast to the loop gpufuncs' dtype rules choose, and the result dtype."""
-    info = describe(array)
-    if info.dtype.kind not in "biuf":
-        raise TypeError(f"{kernel.__name__}: unsupported dtype {info.dtype} for the input; "
+def _host_array(array: Any) -> np.ndarray:
+    """``array`` as NumPy's methods take it: arrays as they are (subclasses too: NumPy wraps
+    the result like the input), anything else converted."""
+    return array if isinstance(array, np.ndarray) else np.asarray(array)
+
+
+def _host_loop(kernel: Kernel, dtype: np.dtype, requested: Any) -> tuple[np.dtype, np.dtype]:
+    """The loop dtype and result dtype gpufuncs' rules choose for input ``dtype``."""
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{kernel.__name__}: unsupported dtype {dtype} for the input; "
                         f"loops: {', '.join(kernel.types)}")
-    loop, result = kernel.resolve_loop([info.dtype], dtype)
-    if not np.can_cast(info.dtype, loop, "same_kind"):
-        raise TypeError(f"{kernel.__name__}: cannot cast the input from {info.dtype} to the {loop} "
+    loop, result = kernel.resolve_loop([dtype], requested)
+    if not np.can_cast(dtype, result, "same_kind"):
+        raise TypeError(f"{kernel.__name__}: cannot cast the input from {dtype} to the {result} "
                         "loop with casting='same_kind'")
-    return np.asarray(array, dtype=loop), result
+    return loop, result
+
+
+def _numpy(kernel: Kernel, method: str, run: Callable[[], Any]) -> Any:
+    """``run()``, NumPy's errors renamed after the kernel (same kind: ``AxisError`` stays one)."""
+    try:
+        return run()
+    except (TypeError, ValueError, IndexError) as exc:
+        kind = next(k for k in (np.exceptions.AxisError, TypeError, ValueError, IndexError)
+                    if isinstance(exc, k))
+        raise kind(f"{kernel.__name__}.{method}: {exc}") from exc
+
+
+def _as_result(values: Any, result: np.dtype, out: Any) -> Any:
+    """A new result in the result dtype (float16 for float16 input); ``out`` as NumPy gave it."""
+    if out is not None or values.dtype == result:
+        return values
+    return values.astype(result)
 
 
 def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: Any = None,
@@ -85,6 +143,11 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
            target: str = "auto") -> Any:
     """Reduce ``array`` along ``axis`` by repeated application, like :meth:`numpy.ufunc.reduce`."""
     require_binary(kernel, "reduce")
+    given = _given(axis=(axis, 0), dtype=(dtype, None), keepdims=(keepdims, False),
+                   initial=(initial, NO_VALUE), where=(where, True))
+    deferred = _defer(kernel, "reduce", (array,), out, given, target)
+    if deferred is not NO_VALUE:
+        return deferred
     if device_arrays_of(array) is not None or target == "cuda":
         unsupported = [name for name, value, default in (("out", out, None), ("where", where, True))
                        if value is not default]
@@ -92,51 +155,67 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
             raise TypeError(f"{kernel.__name__}.reduce on cuda does not support "
                             f"{'=, '.join(unsupported)}= (host arrays do)")
         return _device_reduce(kernel, array, axis, dtype, keepdims, initial)
-    array = np.asarray(array)
-    values, result = _host_loop(kernel, array, dtype)
+    array = _host_array(array)
+    loop, result = _host_loop(kernel, array.dtype, dtype)
     ufunc = _host_ufunc(kernel, target)
-    if initial is NO_VALUE and kernel.identity is not None and _reduces_nothing(array, axis):
-        initial = kernel.identity  # Numba can store only 0 or 1 as a ufunc's own identity
-    reduced = ufunc.reduce(values, axis=axis, dtype=values.dtype, keepdims=keepdims,
-                           initial=initial, where=where)
-    return _finish(reduced, result, out)
+    if initial is NO_VALUE and kernel.identity is not None and (
+            where is not True or _reduces_nothing(kernel, array, axis)):
+        # NumPy starts from a ufunc's identity exactly there; Numba stores only 0 or 1 as one.
+        initial = kernel.identity
+    reduced = _numpy(kernel, "reduce", lambda: ufunc.reduce(
+        array, axis=axis, dtype=loop, out=out, keepdims=keepdims, initial=initial, where=where))
+    return _as_result(reduced, result, out)
 
 
 def accumulate(kernel: Kernel, array: Any, axis: int = 0, dtype: Any = None, out: Any = None,
                target: str = "auto") -> Any:
     """Running reduction along ``axis``, like :meth:`numpy.ufunc.accumulate` (host targets)."""
     require_binary(kernel, "accumulate")
-    values, result = _host_loop(kernel, np.asarray(array), dtype)
-    accumulated = _host_ufunc(kernel, target).accumulate(values, axis=axis, dtype=values.dtype)
-    return _finish(accumulated, result, out)
+    deferred = _defer(kernel, "accumulate", (array,), out, _given(axis=(axis, 0), dtype=(dtype, None)),
+                      target)
+    if deferred is not NO_VALUE:
+        return deferred
+    array = _host_array(array)
+    loop, result = _host_loop(kernel, array.dtype, dtype)
+    ufunc = _host_ufunc(kernel, target)
+    accumulated = _numpy(kernel, "accumulate",
+                         lambda: ufunc.accumulate(array, axis=axis, dtype=loop, out=out))
+    return _as_result(accumulated, result, out)
 
 
 def at(kernel: Kernel, array: np.ndarray, indices: Any, b: Any, target: str = "auto") -> None:
     """In place ``array[indices] = kernel(array[indices], b)``, unbuffered (host targets)."""
     require_binary(kernel, "at")
+    if _defer(kernel, "at", (array, indices, b), None, {}, target) is not NO_VALUE:
+        return
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{kernel.__name__}.at needs a NumPy array to modify in place, "
                         f"got {type(array).__name__}")
-    if kernel.spec.loop_for(array.dtype) is None:
-        raise TypeError(f"{kernel.__name__}.at: the array's dtype {array.dtype} has no loop; "
+    if array.dtype.kind != "f":
+        # NumPy would store the float result into integers, truncating it without a word.
+        raise TypeError(f"{kernel.__name__}.at: the array's dtype {array.dtype} is not floating; "
                         f"loops: {', '.join(kernel.types)}")
+    info = describe(b)
+    b = np.asarray(b) if info is None else b
+    _, result = kernel.resolve_loop([array.dtype, info.dtype if info is not None else b.dtype])
+    if not np.can_cast(result, array.dtype, "same_kind"):
+        raise TypeError(f"{kernel.__name__}.at: cannot store the {result} result into the "
+                        f"{array.dtype} array with casting='same_kind'")
     if not array.flags.writeable:
         raise ValueError(f"{kernel.__name__}.at: the array is read-only")
-    _host_ufunc(kernel, target).at(array, indices, np.asarray(b, dtype=array.dtype))
+    if result == np.float16:
+        b = np.asarray(b, dtype=np.float16)  # the float16 loop reads float16, as NumPy's does
+    ufunc = _host_ufunc(kernel, target)
+    _numpy(kernel, "at", lambda: ufunc.at(array, indices, b))
 
 
-def _reduces_nothing(array: np.ndarray, axis: Any) -> bool:
-    axes = range(array.ndim) if axis is None else np.atleast_1d(axis)
+def _reduces_nothing(kernel: Kernel, array: np.ndarray, axis: Any) -> bool:
+    """Whether some reduced axis is empty (then NumPy starts from the identity)."""
+    if array.ndim == 0:
+        return False  # NumPy reduces a 0-d array to its value, whatever axis 0 or -1 means
+    axes = range(array.ndim) if axis is None else _numpy(
+        kernel, "reduce", lambda: normalize_axis_tuple(axis, array.ndim))
     return any(array.shape[ax] == 0 for ax in axes)
-
-
-def _finish(values: Any, result: np.dtype, out: Any) -> Any:
-    """Cast to the result dtype, or copy into ``out`` (validated by NumPy's copyto)."""
-    if out is None:
-        return values.astype(result) if values.dtype != result else values
-    target = out[0] if isinstance(out, tuple) else out
-    np.copyto(target, values, casting="same_kind")
-    return target
 
 
 def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, keepdims: bool,
