@@ -520,3 +520,13 @@ def test_a_new_process_loads_kernels_from_the_disk_cache():
         assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
     assert "hits 1 misses 0" in proc.stdout, proc.stdout
+
+
+def test_a_call_signature_first_seen_in_a_new_thread(cp):
+    # Dask's threaded scheduler resolves calls in worker threads that never used CUDA before.
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = np.linspace(-2.0, 2.0, 777)  # a shape no other test resolves
+    with ThreadPoolExecutor(1) as pool:
+        result = pool.submit(gf.hermite_norm, cp.asarray(x), 5).result()
+    np.testing.assert_allclose(result.get(), cpu(gf.hermite_norm, x, 5), rtol=1e-12, atol=1e-300)

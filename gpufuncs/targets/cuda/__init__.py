@@ -74,7 +74,11 @@ class CudaTarget(Target):
     def prepare(self, spec: KernelSpec, compiled: Any, plan: Plan) -> Executor:
         """Device arrays run in place; host arrays go through pinned, pipelined chunks."""
         from . import device, host  # imported on the first call: they need numba.cuda
+        from .runtime import get_runtime
 
+        # A call signature may first be seen in a thread that never used CUDA (a Dask worker
+        # thread): loading kernels and allocating need the context current there too.
+        get_runtime().bind_thread()
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         on_device = any(a.role == DEVICE for a in arrays)
         return (device if on_device else host).prepare(spec, compiled, plan)
