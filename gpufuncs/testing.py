@@ -602,12 +602,14 @@ def _inputs_at(spec: KernelSpec, args, dtype, where: tuple[int, ...]) -> list[tu
 
 
 def _show(value: Any, dtype: np.dtype) -> str:
+    """The shortest text that reads back as exactly this value of ``dtype`` (NumPy's unique
+    repr in that dtype: a float32 shown as ``1e-45`` is ``np.float32("1e-45")``)."""
     if isinstance(value, int | np.integer):
         return str(value)
     arr = np.asarray(value, dtype=dtype)
     if arr.ndim == 0:
         return str(arr[()])
-    return np.array2string(arr, threshold=8, separator=", ")
+    return np.array2string(arr, threshold=8, separator=", ", floatmode="unique")
 
 
 # -- check_kernel ---------------------------------------------------------------------------------

@@ -114,9 +114,26 @@ def test_disagreeing_user_kernel_fails_naming_the_worst_point(buggy_clamp, targe
     assert f"user_buggy_clamp (dtype float32, target '{target}')" in report
     point = re.search(r"at \(.*\): x=(\S+), xmin=(\S+), xmax=(\S+) -> result (\S+), reference (\S+)", report)
     assert point, report
-    x, xmin, xmax, result, reference = (float(v.rstrip(":,")) for v in point.groups())
+    # Inputs and result are printed in the kernel's dtype (float32), the reference in float64:
+    # each is read back in its own dtype, exactly (a float32 printed 1e-45 is not 1e-45).
+    values = [v.rstrip(":,") for v in point.groups()]
+    x, xmin, xmax, result = (float(np.float32(v)) for v in values[:4])
+    reference = float(values[4])
     # The named point is a real disagreement, and the reference value is np.clip's.
     assert _same(reference, float(np.clip(x, xmin, xmax))) and not _same(result, reference)
+
+
+def test_reported_points_read_back_exactly_in_their_dtype(buggy_clamp):
+    """A float32 subnormal is printed as NumPy prints it in float32 (``1e-45``), which is
+    exactly that value read back as float32, not as float64."""
+    tiny = np.float32(1e-45)
+    args = (np.array([tiny]), np.float32(0.0), np.float32(1.0))
+    with pytest.raises(AssertionError) as info:
+        compare(buggy_clamp, args, buggy_clamp(*args, target="cpu"), target="cpu")
+    point = re.search(r"x=(\S+), xmin=\S+, xmax=\S+ -> result (\S+), reference (\S+):", str(info.value))
+    assert point, str(info.value)
+    assert point.group(1) == "1e-45" and np.float32(point.group(1)) == tiny
+    assert float(point.group(3)) == float(tiny)  # the float64 reference, exact as well
 
 
 def _same(a: float, b: float) -> bool:
