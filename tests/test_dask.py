@@ -3,6 +3,7 @@ xarray and pandas. Every result is compared with the same kernel on the NumPy da
 
 from __future__ import annotations
 
+import math
 import pickle
 import subprocess
 import sys
@@ -174,6 +175,14 @@ _CLUSTER_SCRIPT = textwrap.dedent("""
             second = client.run(compiled_kernel_ids)
             assert first == second, (first, second)  # the same kernel object, compiled once
             assert all(ids[1] == ["cpu"] for ids in first.values()), first
+            cuda_blocks = dx.map_blocks(lambda b: gf.gaussian(b, 0.0, 1.0, target="cuda"), dtype=x.dtype)
+            from gpufuncs.targets import get_target
+            reason = get_target("cuda").unavailable_reason()
+            try:
+                cuda_blocks.compute()
+                assert reason is None, "computed on cuda without a GPU"
+            except gf.CudaUnavailableError as exc:
+                assert reason is not None and reason in str(exc), exc
             print("workers", len(first), "ok")
 """)
 
@@ -184,3 +193,19 @@ def test_distributed_local_cluster_runs_builtin_and_main_defined_kernels():
     done = subprocess.run([sys.executable, "-c", _CLUSTER_SCRIPT], capture_output=True, timeout=240)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert done.stdout.decode().split()[-3:] == ["workers", "2", "ok"]
+
+
+@pytest.mark.parametrize("method", ["reduce", "accumulate", "outer"])
+def test_ufunc_methods_on_dask_raise_what_a_numpy_ufunc_of_ours_raises(hypot_kernel, method):
+    # A real numpy.ufunc with the same loops (Numba's) is what NumPy compares with: Dask
+    # implements these methods only for NumPy's own ufuncs and returns NotImplemented.
+    import numba
+
+    numpy_ufunc = numba.vectorize(["float32(float32, float32)", "float64(float64, float64)"])(
+        lambda a, b: math.sqrt(a * a + b * b))
+    x = da.ones((4, 4), chunks=2)
+    args = (x, x) if method == "outer" else (x,)
+    with pytest.raises(TypeError, match="NotImplemented"):
+        getattr(numpy_ufunc, method)(*args)
+    with pytest.raises(TypeError, match=rf"{hypot_kernel.__name__}\.{method}: .*NotImplemented"):
+        getattr(hypot_kernel, method)(*args)
