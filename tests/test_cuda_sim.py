@@ -156,6 +156,14 @@ else:
         gf.hermite_norm(HostCAI(x), 4, out=HostCAI(wider))
         np.testing.assert_array_equal(wider, contiguous)
 
+    def test_hermite_with_no_orders_and_with_no_samples():
+        x = values(5)
+        for args in ((x, 0), (x[:0], 3), (x[:0], 0)):
+            expected = cpu(gf.hermite_norm, *args)
+            for given in (args[0], cuda.to_device(args[0])):  # the host and the device path
+                result = gf.hermite_norm(given, args[1], target="cuda")
+                assert result.shape == expected.shape and result.dtype == expected.dtype
+
     def test_hermite_where_keeps_masked_rows():
         x = values((2, 3))
         out = np.full((2, 3, 4), 5.0, np.float32)

@@ -240,7 +240,10 @@ class LaunchPlan:
 
     def __init__(self, kernels: Any, loop_dtype: np.dtype, inputs: list[Layout], outputs: list[Layout],
                  where: Layout | None, loop_shape: tuple[int, ...]) -> None:
-        self.n = math.prod(loop_shape)
+        # No launch when every output is empty (an output core dimension of 0): there is nothing
+        # to write, and such operands have no valid extent to describe to the kernel.
+        empty = bool(outputs) and all(0 in op.shape for op in outputs)
+        self.n = 0 if empty else math.prod(loop_shape)
         every = [*inputs, *outputs, *([where] if where is not None else [])]
         shape, strides = _indexing(every, loop_shape) if self.n else ((), [()] * len(every))
         spec = kernels.spec
