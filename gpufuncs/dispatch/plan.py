@@ -185,6 +185,7 @@ def check_casting(spec: KernelSpec, dtypes: list[Any], result: np.dtype, out_dty
     if casting not in CASTINGS:
         raise ValueError(f"{spec.name}: casting must be one of {CASTINGS}, got {casting!r}")
     for i, dt in enumerate(dtypes):
+        dt = _checked_as(dt, spec.nin)
         if isinstance(dt, np.dtype) and not np.can_cast(dt, result, casting):
             raise TypeError(f"{spec.name}: cannot cast input {spec.input_names[i]!r} "
                             f"from {dt} to the {result} loop with casting={casting!r}")
@@ -192,6 +193,18 @@ def check_casting(spec: KernelSpec, dtypes: list[Any], result: np.dtype, out_dty
         if not np.can_cast(result, odt, casting):
             raise TypeError(f"{spec.name}: cannot cast the {result} result to out= dtype "
                             f"{odt} with casting={casting!r}")
+
+
+def _checked_as(dtype: Any, nin: int) -> Any:
+    """The dtype whose cast is checked for an input, as NumPy checks it: a Python bool's is
+    np.bool_'s; with one input, a Python int or float is int64 or float64 (nothing to be weak
+    against); otherwise Python ints and floats are weak (NEP 50) and take the loop's dtype
+    unchecked under every rule (NumPy 2.4 checks them under 'equiv': see docs/semantics.md)."""
+    if dtype is bool:
+        return np.dtype(np.bool_)
+    if nin == 1 and (dtype is int or dtype is float):  # not `in`: np.dtype('int64') == int
+        return np.dtype(np.int64 if dtype is int else np.float64)
+    return dtype
 
 
 def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg] | None,
