@@ -10,11 +10,14 @@ such arrays here, once decided per call signature:
 * a call whose selected loop is float16 (see :func:`.plan.resolve_loop`) reads its inputs as
   float16, as NumPy's float16 loop would, and a float16 result meant for an ``out=`` of another
   dtype is rounded to float16 before the cast (computed into a new array, then copied);
+* longdouble, which no compiled loop reads or writes, is cast on the host: inputs to the loop
+  chosen with ``dtype=``, results into a longdouble ``out=`` through a new array;
 * 0-d results become NumPy scalars, as NumPy returns them.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,6 +28,7 @@ from ..targets import DEVICE, HOST, NUMPY_SCALAR, SCALAR, Arg, Plan
 from .args import describe
 from .plan import HALF
 
+LONGDOUBLE = np.dtype(np.longdouble)
 #: NumPy's priorities for an exact ndarray and for a scalar (``NPY_PRIORITY``, ``NPY_SCALAR_PRIORITY``).
 _ARRAY_PRIORITY, _SCALAR_PRIORITY = 0.0, -1000000.0
 
@@ -66,14 +70,17 @@ def operands_for(plan: Plan, given: list[Any], values: list[Any], infos: list[Ar
     half = plan.result_dtype == HALF
     convert, described = [], []
     for i, (arg, value, info) in enumerate(zip(given, values, infos)):
-        step = _conversion(info, value is not arg, half)
+        step = _conversion(info, value is not arg, half, plan.result_dtype)
         if step is not None:
             convert.append((i, step))
             info = describe(step(arg))
         described.append(info)
     outs = plan.outs or ()
     outs_as_arrays = any(o.role == HOST and o.cls is not np.ndarray for o in outs)
-    staged = half and any(o.dtype != HALF for o in outs) and all(o.role == HOST for o in outs)
+    # Through a new array: float16 results meant for another dtype (NumPy rounds them to
+    # float16 first), and longdouble out= arrays, which no compiled loop can write.
+    staged = all(o.role == HOST for o in outs) and any(
+        (half and o.dtype != HALF) or o.dtype == LONGDOUBLE for o in outs)
     executed = replace(plan, inputs=tuple(described),
                        outs=tuple(_plain(o) for o in outs) if outs_as_arrays else plan.outs)
     if staged:  # the executor allocates float16 results everywhere; the copy applies where=
@@ -81,11 +88,13 @@ def operands_for(plan: Plan, given: list[Any], values: list[Any], infos: list[Ar
     return Operands(executed, tuple(convert), outs_as_arrays, staged, wrap_index(given, infos))
 
 
-def _conversion(info: Arg, listlike: bool, half: bool) -> Callable[[Any], Any] | None:
+def _conversion(info: Arg, listlike: bool, half: bool, result: np.dtype) -> Callable[[Any], Any] | None:
     if info.role == DEVICE:
         return None  # device arrays are the device target's to read
     if half and info.dtype != HALF:
         return _as_half  # NumPy casts every input to the float16 loop's dtype first
+    if info.dtype == LONGDOUBLE:  # (dtype= chose a loop) no compiled loop reads longdouble
+        return functools.partial(np.asarray, dtype=result)
     if listlike or (info.role == HOST and info.cls is not np.ndarray):
         return np.asarray  # a plain view of a subclass; a new array of a list
     return None
