@@ -178,6 +178,11 @@ def accumulate(kernel: Kernel, array: Any, axis: int = 0, dtype: Any = None, out
     array = _host_array(array)
     loop, result = _host_loop(kernel, array.dtype, dtype)
     ufunc = _host_ufunc(kernel, target)
+    given = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if array.ndim and isinstance(given, np.ndarray) and given.shape != array.shape:
+        # NumPy's own check misses a 0-d out= (NumPy 2.4 then writes past it and crashes).
+        raise ValueError(f"{kernel.__name__}.accumulate: out= has shape {given.shape}, the "
+                         f"accumulation has shape {array.shape}")
     accumulated = _numpy(kernel, "accumulate",
                          lambda: ufunc.accumulate(array, axis=axis, dtype=loop, out=out))
     return _as_result(accumulated, result, out)
