@@ -192,7 +192,7 @@ def _array(o: Operand) -> np.ndarray:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         a = np.array(o.values, dtype=o.dtype).reshape(o.shape)
-    if o.layout == "F":
+    if o.layout == "F" and a.ndim:  # (np.asfortranarray makes a 0-d array 1-d)
         return np.asfortranarray(a)
     if o.layout == "strided" and a.ndim:
         wide = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
@@ -471,15 +471,16 @@ def reductions(draw: Any) -> Reduction:
 
 def run_reduction(ufunc: Any, r: Reduction, **extra: Any) -> Outcome:
     out = np.full(r.out[0], 7, r.out[1]) if r.out is not None else None
-    if r.method == "accumulate" and out is not None and r.values.shape and out.shape != r.values.shape:
-        # NumPy 2.4 crashes on some of these (a 0-d out=); its answer for the others: ValueError.
+    values = build_operand(r.values)
+    if r.method == "accumulate" and out is not None and np.ndim(values) and out.shape != np.shape(values):
+        # NumPy 2.4 crashes on a 0-d out= and accepts an empty one; the answer: ValueError.
         return Outcome(error=ValueError("out= of the wrong shape"))
     before = out.tobytes() if out is not None else b""
     kwargs = {**r.keywords, **({"out": out} if out is not None else {}), **extra}
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            result = getattr(ufunc, r.method)(build_operand(r.values), **kwargs)
+            result = getattr(ufunc, r.method)(values, **kwargs)
     except Exception as exc:
         return Outcome(error=exc, untouched=out is None or out.tobytes() == before)
     return Outcome(result=result, out=out, buffers=[out] if out is not None else [])
