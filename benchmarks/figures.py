@@ -40,8 +40,8 @@ What to expect, in short:
   `parallel` cuts the same loop into a few contiguous chunks per thread; `auto` picks between
   them from a crossover it measures once per kernel and dtype on the machine it runs on.
   Strided and broadcast arrays run through Numba's ufunc machinery instead, which is slower.
-- **CPU, tiny calls.** A call costs about a microsecond of Python on top of the work; the
-  overhead tables compare it with calling Numba's compiled ufunc directly.
+- **CPU, tiny calls.** {overhead} The overhead tables compare it with calling Numba's compiled
+  ufunc directly.
 - **GPU.** Device arrays stay on the device; large calls run at or near the copy bandwidth;
   small calls cost more than CuPy's Cython `ElementwiseKernel` (the tables say how much).
 """
@@ -139,8 +139,19 @@ def gpu_section(name: str, title: str) -> str:
     return "\n".join(out)
 
 
+def overhead_summary(name: str = CPU_MACHINES[0][0]) -> str:
+    """What a tiny call costs, from the overhead results of ``name`` (none typed by hand)."""
+    data = _load(f"{name}_overhead")
+    if data is None:
+        return f"(No call-overhead results yet: `benchmarks/results/{name}_overhead.json`.)"
+    public = [r["public"] for r in data["rows"]]
+    title = dict(CPU_MACHINES).get(name, name)
+    return (f"On the {title}, a call at n = 10 took {min(public):.2g} to {max(public):.2g} "
+            "microseconds in all, Python included.")
+
+
 def render() -> str:
-    sections = [INTRO]
+    sections = [INTRO.replace("{overhead}", overhead_summary())]
     sections += [cpu_section(name, title) for name, title in CPU_MACHINES]
     sections += [gpu_section(name, title) for name, title in GPU_MACHINES]
     return "\n".join(s.rstrip() + "\n" for s in sections)
