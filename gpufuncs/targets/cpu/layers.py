@@ -16,10 +16,15 @@ would only work if gpufuncs were the first to run parallel code, and here would 
 ``workqueue`` (without TBB), which serializes concurrent callers. A forked worker computing
 serially is also what a pool of one process per core wants. ``tbb`` is both thread- and
 fork-safe, and costs nothing here.
+
+A fork also waits for any compilation under way in another thread (Numba's and llvmlite's locks
+are held across it): a child forked in the middle would inherit those locks held by a thread it
+does not have, and hang on its first compilation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -100,3 +105,29 @@ class ParallelGuard:
 
 #: The one guard: the hazards are the process's, whichever kernel or target object runs.
 GUARD = ParallelGuard()
+
+
+def _hold_the_compiler_across_fork() -> None:
+    """Make ``os.fork`` wait for Numba's compiler lock, then llvmlite's (the order compilations
+    take them in; a thread disposing of LLVM objects holds the second alone), and release them
+    on both sides: the forking thread owns them in the child too. CPython does the same with
+    its import lock. Only forks from Python (``os.fork``, multiprocessing) run these hooks;
+    ``subprocess`` does not wait."""
+    from llvmlite.binding import ffi
+    from numba.core.compiler_lock import global_compiler_lock as compiler
+
+    # llvmlite's private _LLVMLock (a context manager), if this llvmlite has it.
+    llvm = getattr(getattr(ffi, "lib", None), "_lock", None) or contextlib.nullcontext()
+
+    def before() -> None:
+        compiler.acquire()
+        llvm.__enter__()
+
+    def after() -> None:
+        llvm.__exit__(None, None, None)
+        compiler.release()
+
+    os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
+
+
+_hold_the_compiler_across_fork()
