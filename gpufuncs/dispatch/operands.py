@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..targets import DEVICE, HOST, NUMPY_SCALAR, SCALAR, Arg, Plan
+from ..targets.base import is_contiguous
 from .args import describe
 from .plan import HALF
 
@@ -77,15 +78,27 @@ def operands_for(plan: Plan, given: list[Any], values: list[Any], infos: list[Ar
         described.append(info)
     outs = plan.outs or ()
     outs_as_arrays = any(o.role == HOST and o.cls is not np.ndarray for o in outs)
-    # Through a new array: float16 results meant for another dtype (NumPy rounds them to
-    # float16 first), and longdouble out= arrays, which no compiled loop can write.
-    staged = all(o.role == HOST for o in outs) and any(
-        (half and o.dtype != HALF) or o.dtype == LONGDOUBLE for o in outs)
+    staged = all(o.role == HOST for o in outs) and any(_through_new_array(plan, o) for o in outs)
     executed = replace(plan, inputs=tuple(described),
                        outs=tuple(_plain(o) for o in outs) if outs_as_arrays else plan.outs)
     if staged:  # the executor allocates float16 results everywhere; the copy applies where=
         executed = replace(executed, outs=None, where=None)
     return Operands(executed, tuple(convert), outs_as_arrays, staged, wrap_index(given, infos))
+
+
+def _through_new_array(plan: Plan, out: Arg) -> bool:
+    """Whether results reach ``out`` through a new array: float16 results meant for another
+    dtype (NumPy rounds them to float16 first), and longdouble, which no compiled loop writes.
+
+    Also, until the cpu target handles them (reported): a 0-d ``out`` under ``where=`` (its
+    blocked copy indexes it into a scalar) and a strided ``out`` of a dtype other than the loop's
+    (Numba's loop writes it as if contiguous: wrong values, or past its end).
+    """
+    if (plan.result_dtype == HALF and out.dtype != HALF) or out.dtype == LONGDOUBLE:
+        return True
+    if not out.shape and plan.where is not None:
+        return True
+    return out.dtype != plan.loop.dtype and not is_contiguous(out.shape, out.strides, out.dtype.itemsize)
 
 
 def _conversion(info: Arg, listlike: bool, half: bool, result: np.dtype) -> Callable[[Any], Any] | None:
