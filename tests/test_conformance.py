@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -426,8 +428,20 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 # -- the tests ------------------------------------------------------------------------------------
+if not SIMULATED:
+
+    def test_cuda_target_conforms_on_the_simulator() -> None:
+        """The call suite again with ``target="cuda"`` on the CUDA simulator (few examples: the
+        simulator runs every GPU thread in Python)."""
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        assert "1 passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout[-3000:]
+
+
 @pytest.mark.parametrize("target", TARGETS)
-@settings(max_examples=_examples(25 if SIMULATED else 150))
+@settings(max_examples=_examples(60 if SIMULATED else 200))
 @given(recipe=recipes())
 def test_calls_agree_with_numpy(recipe: Recipe, target: str) -> None:
     check(recipe, target)
