@@ -522,3 +522,127 @@ def test_importing_compiles_nothing_and_leaves_cuda_alone():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("ok 4"), proc.stdout
+
+
+# -- array subclasses (issue 10) ----------------------------------------------------------------------
+class Tagged(np.ndarray):
+    """A user's own subclass, carrying an attribute through ``__array_finalize__``."""
+
+    def __array_finalize__(self, obj):
+        self.tag = getattr(obj, "tag", "fresh")
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_masked_array_keeps_its_mask_like_numpy(target):
+    x = np.ma.masked_array([0.5, 1.5, -2.0], mask=[False, True, False])
+    r, expected = gf.exp(x, target=target), np.exp(x)
+    assert type(r) is np.ma.MaskedArray
+    np.testing.assert_array_equal(r.mask, expected.mask)
+    assert same_bits(r.data, expected.data)
+    both = gf.clamp(x, np.ma.masked_array([0.0, 0.0, 0.0], mask=[True, False, False]), 1.0, target=target)
+    np.testing.assert_array_equal(both.mask, [True, True, False])  # the inputs' masks combined
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("target", HOST)
+def test_matrix_and_user_subclasses_are_kept(target):
+    m = np.matrix([[0.5, 1.0], [2.0, -1.0]])
+    r = gf.exp(m, target=target)
+    assert type(r) is np.matrix and same_bits(np.asarray(r), np.asarray(np.exp(m)))
+    t = np.linspace(0, 1, 4).view(Tagged)
+    t.tag = "mine"
+    r, expected = gf.exp(t, target=target), np.exp(t)
+    assert type(r) is Tagged and r.tag == expected.tag and same_bits(np.asarray(r), np.asarray(expected))
+    assert type(gf.exp(t[1:2].reshape(()), target=target)) is type(np.exp(t[1:2].reshape(())))
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_masked_out_takes_the_inputs_mask_like_numpy(target):
+    x = np.ma.masked_array([0.5, 1.5, -2.0], mask=[False, True, False])
+    ours = np.ma.masked_array(np.zeros(3), mask=[True, False, False])
+    theirs = ours.copy()
+    assert gf.exp(x, out=ours, target=target) is ours
+    np.exp(x, out=theirs)
+    np.testing.assert_array_equal(ours.mask, theirs.mask)
+    assert same_bits(ours.data, theirs.data)
+
+
+# -- dtypes and casting (issue 10) ------------------------------------------------------------------
+@pytest.mark.parametrize("target", HOST)
+def test_longdouble_has_no_loop_like_any_ufunc_without_one(target):
+    """NumPy's answer for a ufunc without a longdouble loop (np.exp has one, gf.exp does not)."""
+    x = np.linspace(0, 1, 3, dtype=np.longdouble)
+    with pytest.raises(TypeError, match="exp: no loop for input dtype float128"):
+        gf.exp(x, target=target)
+    with pytest.raises(TypeError, match="no loop for dtype=float128"):
+        gf.exp(x.astype(np.float64), dtype=np.longdouble, target=target)
+    r = gf.exp(x, dtype=np.float64, target=target)  # asked for: a same_kind cast, as in NumPy
+    assert r.dtype == np.float64 and same_bits(r, gf.exp(x.astype(np.float64), target=target))
+    out = np.zeros(3, np.longdouble)
+    gf.exp(x.astype(np.float64), out=out, target=target)
+    assert (out == np.exp(x.astype(np.float64)).astype(np.longdouble)).all()
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_float16_is_a_loop_of_its_own_like_numpys(target):
+    x16, x32 = np.linspace(-2, 2, 9, dtype=np.float16), np.linspace(-2, 2, 9, dtype=np.float32)
+    assert gf.exp.types == ["e->e", "f->f", "d->d"]
+    assert same_bits(gf.exp(x16, casting="no", target=target), np.exp(x16, casting="no"))
+    for call in (gf.exp, np.exp):  # float32 -> float16 is same_kind, not safe
+        with pytest.raises(TypeError):
+            call(x32, dtype=np.float16, casting="safe")
+    # dtype=float16 reads the input as float16 first, as NumPy's float16 loop does.
+    assert same_bits(gf.exp(x32 / 3, dtype=np.float16, target=target), np.exp(x32 / 3, dtype=np.float16))
+    # A float16 result is rounded to float16 before it is cast into a wider out=.
+    ours, theirs = np.zeros(9, np.float32), np.zeros(9, np.float32)
+    gf.exp(x16, out=ours, target=target)
+    np.exp(x16, out=theirs)
+    assert same_bits(ours, theirs)
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_integers_compute_in_float64_a_deliberate_difference(target):
+    """NumPy would pick its first safe loop: float16 for int8 (np.exp), float32 for a ufunc with
+    float32 and float64 loops only; gpufuncs computes every integer input in float64."""
+    x = np.arange(-3, 4, dtype=np.int8)
+    r = gf.exp(x, target=target)
+    assert r.dtype == np.float64 and same_bits(r, gf.exp(x.astype(np.float64), target=target))
+    assert np.exp(x).dtype == np.float16
+    assert gf.get("exp", "cpu").ufunc(x).dtype == np.float32
+
+
+def test_python_bool_casts_are_checked_and_weak_scalars_are_not():
+    x32 = np.ones(3, np.float32)
+    for call in (gf.clamp, np.clip):  # a Python bool is np.bool_ under casting='no', as in NumPy
+        with pytest.raises(TypeError):
+            call(x32, True, 2.0, casting="no")
+    # Deliberate: Python ints and floats beside arrays are weak under every rule; NumPy 2.4
+    # checks them (as int64/float64) under 'equiv' only, not under the stricter 'no'.
+    assert same_bits(gf.clamp(x32, 0, 2.0, casting="equiv"), np.clip(x32, np.float32(0), np.float32(2)))
+    with pytest.raises(TypeError):
+        np.add(x32, 1, casting="equiv")
+    np.add(x32, 1, casting="no")
+    # With one input, NumPy checks a lone Python scalar as int64/float64, and so does gpufuncs.
+    for call in (gf.exp, np.exp):
+        with pytest.raises(TypeError):
+            call(3, dtype=np.float16, casting="safe")
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_no_floating_point_warnings_from_the_compiled_loops(target):
+    """Deliberate (and not promised either way): contiguous calls run compiled loops that read
+    no floating-point status, so np.errstate never sees their overflow; NumPy raises here."""
+    x = np.array([1000.0, 0.0])
+    with np.errstate(over="raise"):
+        assert same_bits(gf.exp(x, target=target), np.array([np.inf, 1.0]))
+        with pytest.raises(FloatingPointError):
+            np.exp(x)
+
+
+def test_order_k_keeps_fortran_order_only():
+    """Deliberate: order='K' gives Fortran order when every multi-dimensional input is
+    Fortran-contiguous, else C order; NumPy follows any input's stride order."""
+    x = np.arange(24.0).reshape(2, 3, 4).transpose(1, 0, 2)
+    assert gf.exp(x).flags.c_contiguous and not np.exp(x).flags.c_contiguous
+    assert same_bits(gf.exp(x), gf.exp(np.ascontiguousarray(x)))
+    assert gf.exp(np.asfortranarray(x)).flags.f_contiguous

@@ -249,3 +249,122 @@ def test_override_receives_the_kernel_and_keywords():
 
 def test_kernels_pickle_by_name():
     assert pickle.loads(pickle.dumps(gf.gaussian)) is gf.gaussian
+
+
+# -- method edge cases (issue 10) -------------------------------------------------------------------
+@gf.ufunc(signatures=gf.float_signatures(2), reference=np.fmax, identity=-math.inf, replace=True)
+def proto_fmax(a, b):
+    """np.fmax with the identity -inf (np.fmax itself has none)."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a >= b else b
+
+
+def test_reduce_with_where_starts_from_any_declared_identity():
+    x = np.array([[1.0, -5.0, 3.0], [2.0, np.nan, -7.0]])
+    mask = np.array([True, False, True])
+    for axis in (0, 1, None):
+        np.testing.assert_array_equal(proto_fmax.reduce(x, axis=axis, where=mask),
+                                      np.fmax.reduce(x, axis=axis, where=mask, initial=-np.inf))
+    np.testing.assert_array_equal(proto_fmax.reduce(np.zeros((0, 2))), [-np.inf, -np.inf])
+    with pytest.raises(ValueError, match="identity"):
+        proto_max.reduce(x, where=mask)  # no identity: NumPy's error, naming the kernel
+
+
+@pytest.mark.parametrize("method", ["reduce", "accumulate"])
+def test_out_of_the_wrong_shape_is_refused_and_left_alone(method):
+    out = np.full((2, 3), 7.0)
+    with pytest.raises(ValueError, match=f"proto_hypot.{method}"):
+        getattr(proto_hypot, method)(np.ones((2, 3)), axis=0, out=out if method == "reduce" else out[:1])
+    assert (out == 7.0).all()
+    with pytest.raises(ValueError):  # a 0-d out= (NumPy 2.4's own accumulate crashes on it)
+        proto_hypot.accumulate(np.ones(3), out=np.zeros(()))
+
+
+def test_zero_d_reduce_and_axis_errors_like_numpy():
+    assert proto_hypot.reduce(np.array(3.0)) == np.hypot.reduce(np.array(3.0)) == 3.0
+    for method in ("reduce", "accumulate"):
+        with pytest.raises(np.exceptions.AxisError, match=f"proto_hypot.{method}: axis 5 is out of bounds"):
+            getattr(proto_hypot, method)(np.ones(3), axis=5)
+    with pytest.raises(TypeError, match="cannot accumulate on a scalar"):
+        proto_hypot.accumulate(np.array(1.0))
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_methods_keep_subclasses_like_numpy():
+    m = np.ma.masked_array([[3.0, 4.0], [5.0, 12.0]], mask=[[False, True], [False, False]])
+    for method in ("reduce", "accumulate"):
+        ours, theirs = getattr(proto_hypot, method)(m, axis=0), getattr(np.hypot, method)(m, axis=0)
+        assert type(ours) is type(theirs)
+        np.testing.assert_array_equal(np.ma.getmaskarray(ours), np.ma.getmaskarray(theirs))
+        np.testing.assert_allclose(ours.data, theirs.data, rtol=1e-15)
+    outer = proto_hypot.outer(m[0], np.ones(2))
+    assert type(outer) is np.ma.MaskedArray
+    np.testing.assert_array_equal(outer.mask, np.hypot.outer(m[0], np.ones(2)).mask)
+    with pytest.raises(TypeError, match="matrix"):
+        proto_hypot.outer(np.asmatrix(np.ones((1, 2))), np.ones(2))
+
+
+def test_float16_reduce_accumulates_in_float32_a_deliberate_difference():
+    """The float16 loop computes in float32; reduce keeps the float32 partial results and rounds
+    once at the end (NumPy's float16 loops round every step, except add's within a buffer)."""
+    x = np.linspace(1, 2, 50, dtype=np.float16)
+    r = proto_hypot.reduce(x)
+    assert r.dtype == np.float16
+    assert r == proto_hypot.reduce(x.astype(np.float32)).astype(np.float16)
+
+
+def test_at_refuses_integer_arrays_a_deliberate_difference():
+    """NumPy stores the float result into integers, truncating it silently."""
+    ints = np.zeros(3, np.int64)
+    with pytest.raises(TypeError, match=r"proto_hypot\.at: the array's dtype int64 is not floating"):
+        proto_hypot.at(ints, [0], 1.5)
+    np.hypot.at(ints, [0], 1.5)
+    assert ints[0] == 1
+    half = np.zeros(3, np.float16)
+    proto_hypot.at(half, [0, 0], 0.1)  # float16 reads b as float16, as np.hypot.at does
+    theirs = np.zeros(3, np.float16)
+    np.hypot.at(theirs, [0, 0], 0.1)
+    np.testing.assert_array_equal(half, theirs)
+
+
+@pytest.mark.parametrize("method", ["reduce", "accumulate", "outer", "at"])
+def test_methods_defer_to_dask_like_numpy(method):
+    """Dask implements no ufunc method but outer (and that one only for NumPy's own ufuncs, by
+    name): NumPy raises TypeError for a ufunc of this name, and so does the kernel, naming it."""
+    da = pytest.importorskip("dask.array")
+    lazy = da.ones((2, 2), chunks=1)
+    args = {"reduce": (lazy,), "accumulate": (lazy,), "outer": (lazy, lazy), "at": (lazy, [0], 1.0)}[method]
+    with pytest.raises(TypeError, match=f"proto_hypot.{method}: operand types .* NotImplemented"):
+        getattr(proto_hypot, method)(*args)
+    with pytest.raises(TypeError, match="NotImplemented"):
+        getattr(gf.get("proto_hypot", "cpu").ufunc, method)(*args)
+
+
+@pytest.mark.parametrize("method", ["reduce", "accumulate", "outer"])
+def test_methods_defer_to_xarray_like_numpy(method):
+    xr = pytest.importorskip("xarray")
+    arr = xr.DataArray(np.ones((2, 2)), dims=["a", "b"])
+    args = (arr, arr) if method == "outer" else (arr,)
+    with pytest.raises(NotImplementedError, match=f"{method} method for ufunc <gpufuncs ufunc 'proto_hypot'"):
+        getattr(proto_hypot, method)(*args)
+    with pytest.raises(NotImplementedError, match=f"{method} method for ufunc <ufunc 'hypot'>"):
+        getattr(np.hypot, method)(*args)
+
+
+def test_methods_receive_numpys_keywords_through_the_protocol():
+    seen = {}
+
+    class Spy:
+        def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+            seen.update(ufunc=ufunc, method=method, inputs=inputs, kwargs=kwargs)
+            return "handled"
+
+    spy, out = Spy(), np.zeros(2)
+    assert proto_hypot.reduce(spy, axis=1, out=out, keepdims=True) == "handled"
+    assert seen == {"ufunc": proto_hypot, "method": "reduce", "inputs": (spy,),
+                    "kwargs": {"axis": 1, "keepdims": True, "out": (out,)}}
+    with pytest.raises(TypeError, match="target='cpu' cannot be passed through Spy"):
+        proto_hypot.reduce(spy, target="cpu")
