@@ -233,16 +233,21 @@ def test_override_returning_not_implemented_raises_type_error():
         gf.exp(Refuses())
 
 
+class Spy:
+    """An override that records what its ``__array_ufunc__`` receives, and handles the call."""
+
+    def __init__(self) -> None:
+        self.seen: dict = {}
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        self.seen = {"ufunc": ufunc, "method": method, "inputs": inputs, "kwargs": kwargs}
+        return "handled"
+
+
 def test_override_receives_the_kernel_and_keywords():
-    seen = {}
-
-    class Spy:
-        def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-            seen.update(ufunc=ufunc, method=method, inputs=inputs, kwargs=kwargs)
-            return "handled"
-
     spy = Spy()
     assert gf.clamp(spy, 0.0, 1.0, dtype=np.float32) == "handled"
+    seen = spy.seen
     assert seen["ufunc"] is gf.clamp and seen["method"] == "__call__"
     assert seen["inputs"] == (spy, 0.0, 1.0) and seen["kwargs"] == {"dtype": np.float32}
 
@@ -355,16 +360,9 @@ def test_methods_defer_to_xarray_like_numpy(method):
 
 
 def test_methods_receive_numpys_keywords_through_the_protocol():
-    seen = {}
-
-    class Spy:
-        def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-            seen.update(ufunc=ufunc, method=method, inputs=inputs, kwargs=kwargs)
-            return "handled"
-
     spy, out = Spy(), np.zeros(2)
     assert proto_hypot.reduce(spy, axis=1, out=out, keepdims=True) == "handled"
-    assert seen == {"ufunc": proto_hypot, "method": "reduce", "inputs": (spy,),
+    assert spy.seen == {"ufunc": proto_hypot, "method": "reduce", "inputs": (spy,),
                     "kwargs": {"axis": 1, "keepdims": True, "out": (out,)}}
     with pytest.raises(TypeError, match="target='cpu' cannot be passed through Spy"):
         proto_hypot.reduce(spy, target="cpu")
