@@ -516,3 +516,22 @@ def test_reduce_and_accumulate_agree_with_numpy(r: Reduction) -> None:
     assert ours.error is None, f"gpufuncs raised {ours.error!r}, NumPy returned {theirs.result!r}"
     same_result(ours.result, theirs.result)
     assert (ours.result is ours.out) == (theirs.result is theirs.out)
+
+
+@pytest.mark.skipif(SIMULATED, reason="large arrays: the host targets' threads and chunks")
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("shift", [0, 1, -1, 4097, -70001])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_out_overlapping_inputs_of_large_arrays(target: str, shift: int, reverse: bool) -> None:
+    """NumPy's rule for any overlap: as if every input were read before anything is written,
+    here where the parallel loop splits the work between threads and chunks."""
+    n = 300_001
+    results = []
+    for call in (np.add, OPS["add"].kernel):
+        base = np.linspace(-2.0, 2.0, n + abs(shift))
+        a = base[max(0, -shift):max(0, -shift) + n]
+        out = base[max(0, shift):max(0, shift) + n]
+        extra = {} if call is np.add else {"target": target}
+        call(a[::-1] if reverse else a, a, out=out, **extra)
+        results.append(base)
+    assert same_values(*results)
