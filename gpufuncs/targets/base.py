@@ -8,7 +8,10 @@ everything an executor can decide from the plan it decides in ``prepare``, not p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +142,39 @@ def read_before_write(inputs: Any, outs: tuple[Any, ...]) -> Any:
 def _same_elements(a: np.ndarray, o: np.ndarray) -> bool:
     return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype) == \
         (o.__array_interface__["data"][0], o.shape, o.strides, o.dtype)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT (``KeyboardInterrupt``, Ctrl-C) until the block is done, then deliver it.
+
+    For compilations: Numba installs typing and lowering registrations (``@overload``s such as
+    the vector math's) into its contexts lazily, in the first compilation after they are made,
+    and an exception in the middle of that loses the rest for the life of the process (every
+    later compilation fails: "Unknown attribute 'sqrt'"). An interrupt that lands in one of
+    llvmlite's ctypes callbacks is also swallowed there. Signals reach Python in the main
+    thread only, so other threads need nothing held, and nothing is done there.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[tuple[int, Any]] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            _deliver(previous, *received[0])
+
+
+def _deliver(handler: Any, signum: int, frame: Any) -> None:
+    """What SIGINT would have done with ``handler`` installed (Python's own handler raises
+    ``KeyboardInterrupt``; a handler not set from Python, or the default, gets the signal again)."""
+    if callable(handler):
+        handler(signum, frame)
+    elif handler != signal.SIG_IGN:
+        signal.raise_signal(signum)
 
 
 #: ``executor(inputs, outs, where, stream) -> outputs``: runs one validated call signature.

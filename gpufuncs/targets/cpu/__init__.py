@@ -36,6 +36,7 @@ from ..base import (
     Executor,
     Plan,
     Target,
+    interrupts_deferred,
     is_contiguous,
     read_before_write,
 )
@@ -84,9 +85,11 @@ def _numba_identity(identity: float | None) -> int | str | None:
 
 
 def _compile(spec: KernelSpec, target: str, build: Callable[[], Any]) -> Any:
-    """``build()``, with errors named after the kernel and the target."""
+    """``build()``, with errors named after the kernel and the target, and a Ctrl-C held until
+    it is done (an interrupted compilation can break Numba: see ``interrupts_deferred``)."""
     try:
-        return build()
+        with interrupts_deferred():
+            return build()
     except Exception as exc:
         raise KernelCompileError(
             f"kernel {spec.name!r} failed to compile for target {target!r}: {exc}") from exc
