@@ -263,6 +263,17 @@ def test_a_kernel_numba_cannot_compile_for_cuda_fails_alike_each_time_and_runs_o
     compare(gf.exp, (x,), gf.exp(x, target="cuda"), target="cuda")  # other kernels unaffected
 
 
+def test_kernels_of_one_factory_never_share_cached_code(restore_registry):
+    """Kernels with the same source and different closure values: each computes its own (the
+    disk cache must key on closure values too, see ``gpufuncs.targets.cpu.cache``)."""
+    from test_failures import scaled_by
+
+    x = np.linspace(-3, 3, 5000)
+    for scale in (2.0, 3.0, 2.0, 5.0):
+        kernel = scaled_by(scale, f"cuda_factory_{scale:g}")
+        np.testing.assert_array_equal(kernel(x, target="cuda"), x * scale)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "child":
         print(json.dumps(child_after_cuda(sys.argv[2])))

@@ -231,6 +231,24 @@ def cache_use() -> dict:
             "failures": failures, "hits": hits, "package": str(Path(gf.__file__).parent)}
 
 
+def scaled_by(scale: float, name: str) -> gf.Kernel:
+    """A factory's kernel: every one has the same source, only its closure's ``scale`` differs."""
+    def scaled(x):
+        return x * scale
+
+    return gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: x * scale, name=name,
+                    replace=True)(scaled)
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_kernels_of_one_factory_never_share_cached_code(target, restore_registry):
+    """The second kernel used to load the first one's loops from the disk cache (keyed on the
+    source only) and return ``x * 2`` for ``x * 3``."""
+    for scale in (2.0, 3.0, 2.0, 5.0):
+        kernel = scaled_by(scale, f"factory_{target}_{scale:g}")
+        np.testing.assert_array_equal(kernel(X, target=target), X * scale)
+
+
 def _kernel_dir(tmp_path: Path) -> Path:
     path = tmp_path / "kernels"
     path.mkdir()
