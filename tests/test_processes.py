@@ -91,7 +91,8 @@ def parent(methods: list[str]) -> dict[str, object]:
 
 
 # The layer matters to forked children only: spawned ones start their own.
-@pytest.mark.parametrize(("layer", "methods"), [("omp", START_METHODS), ("workqueue", ("fork",))])
+@pytest.mark.parametrize(("layer", "methods"),
+                         [("omp", START_METHODS), ("workqueue", ("fork",)), ("tbb", ("fork",))])
 def test_children_of_every_start_method_work_after_the_parent_used_gpufuncs(layer, methods):
     from test_threads import _layer_missing
 
@@ -106,7 +107,7 @@ def test_children_of_every_start_method_work_after_the_parent_used_gpufuncs(laye
     assert summary["layer"] == layer
     assert summary["own"] == [] and summary["after"] == []
     # A child forked from a GNU OpenMP parent runs parallel calls serially, others on threads.
-    on_threads = "free" if layer == "omp" else "serialized"
+    on_threads = "serialized" if layer == "workqueue" else "free"
     expected = {m: on_threads for m in methods}
     if layer == "omp":
         expected["fork"] = "forked"
