@@ -142,6 +142,25 @@ def test_ctrl_c_during_long_calls_leaves_the_library_usable(target, restore_regi
     assert works_everywhere() == []
 
 
+def test_ctrl_c_during_a_compilation_arrives_when_it_is_done():
+    from gpufuncs.targets.base import interrupts_deferred
+
+    steps = []
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_deferred():
+                signal.raise_signal(signal.SIGINT)
+                steps.append("after the signal")  # the block runs on
+                time.sleep(0.01)
+                steps.append("end of the block")
+            steps.append("after the block")  # never: the interrupt comes as the block ends
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert steps == ["after the signal", "end of the block"]
+
+
 def test_ctrl_c_during_the_first_compilations_of_a_process_leaves_it_usable():
     """A fresh process: the first compilation there installs Numba's pending registrations
     (gpufuncs' vector math among them), and Ctrl-C in the middle of that used to make every

@@ -155,8 +155,8 @@ def interrupts_deferred() -> Iterator[None]:
     llvmlite's ctypes callbacks is also swallowed there. Signals reach Python in the main
     thread only, so other threads need nothing held, and nothing is done there.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # None: a handler not set from Python (embedding), which could not be put back
         return
     received: list[tuple[int, Any]] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append((signum, frame)))
@@ -170,7 +170,7 @@ def interrupts_deferred() -> Iterator[None]:
 
 def _deliver(handler: Any, signum: int, frame: Any) -> None:
     """What SIGINT would have done with ``handler`` installed (Python's own handler raises
-    ``KeyboardInterrupt``; a handler not set from Python, or the default, gets the signal again)."""
+    ``KeyboardInterrupt``; under the default action the process gets the signal again)."""
     if callable(handler):
         handler(signum, frame)
     elif handler != signal.SIG_IGN:
