@@ -49,12 +49,21 @@ class Registry(Mapping[str, Kernel]):
     def __len__(self) -> int:
         return len(self._kernels)
 
+    def __repr__(self) -> str:
+        return f"<gpufuncs registry of {len(self)} kernels: {', '.join(self)}>"
+
     def register(self, kernel: Kernel, replace: bool = False) -> Kernel:
-        """Add ``kernel`` under its name; an existing name needs ``replace=True``."""
+        """Add ``kernel`` under its name.
+
+        A name already taken needs ``replace=True``, except by the same definition run again
+        (the same module and qualified name: a notebook cell re-run, a module reloaded), which
+        replaces the old kernel and its compiled code.
+        """
         with self._lock:
-            if kernel.__name__ in self._kernels and not replace:
-                raise KeyError(f"a kernel named {kernel.__name__!r} is already registered; "
-                               "pass replace=True to replace it")
+            existing = self._kernels.get(kernel.__name__)
+            if existing is not None and not replace and not _same_definition(existing, kernel):
+                raise KeyError(f"a kernel named {kernel.__name__!r} is already registered "
+                               f"(from {_origin(existing)}); pass replace=True to replace it")
             self._kernels[kernel.__name__] = kernel
             kernel.registry = self
         return kernel
@@ -96,6 +105,15 @@ class Registry(Mapping[str, Kernel]):
             self._tokens[kernel] = token
             self._by_token[token] = kernel
         return kernel
+
+
+def _origin(kernel: Kernel) -> str:
+    func = kernel.spec.pyfunc
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
+
+
+def _same_definition(old: Kernel, new: Kernel) -> bool:
+    return _origin(old) == _origin(new) and "<locals>" not in _origin(new)
 
 
 #: The process-wide registry.
