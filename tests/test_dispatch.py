@@ -429,6 +429,9 @@ def test_wrong_number_of_arguments():
         gf.gaussian(np.ones(3), 0.0)
     with pytest.raises(TypeError, match=r"hermite_norm\(\) takes 2 .*\(x, n\)"):
         gf.hermite_norm(np.ones(3))
+    with pytest.raises(TypeError, match=r"^exp\(\) takes 1 positional argument \(x\) and up to 1 output "
+                                        r"array, got 3$"):
+        gf.exp(np.ones(3), np.ones(3), np.ones(3))
 
 
 def test_unknown_kernel_lists_the_names():

@@ -59,8 +59,10 @@ def parse_call(spec: KernelSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
     least, most = spec.nin + len(dims), spec.nin + len(dims) + spec.nout
     if not least <= len(args) <= most:
         names = ", ".join((*spec.input_names, *dims))
-        raise TypeError(f"{spec.name}() takes {least} positional arguments ({names}) and up to "
-                        f"{spec.nout} output array(s), got {len(args)}")
+        arguments = "argument" if least == 1 else "arguments"
+        outputs = "output array" if spec.nout == 1 else "output arrays"
+        raise TypeError(f"{spec.name}() takes {least} positional {arguments} ({names}) and up to "
+                        f"{spec.nout} {outputs}, got {len(args)}")
     sizes = {name: _size(spec, name, value) for name, value in zip(dims, args[spec.nin:least])}
     positional = args[least:]
     if positional and kwargs.get("out") is not None:
