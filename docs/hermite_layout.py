@@ -57,41 +57,42 @@ def addresses(strides: tuple[int, ...], samples: int = SAMPLES, orders: int = OR
 
 
 def svg(strides: dict[str, tuple[int, ...]]) -> str:
-    """The figure: one row of cells per layout, one cell per address."""
-    cell, left, top, gap = 26, 150, 56, 92
-    size = SAMPLES * ORDERS
-    width, height = left + size * cell + 20, top + 2 * gap + 40
+    """The figure: one row of cells per layout, one cell per element offset, coloured by order."""
+    cell, left, size = 26, 10, SAMPLES * ORDERS
+    width = left + size * cell + 10
+    rows = (("cuda", "on cuda: order-major buffer, returned as its transposed view",
+             "each step k of the threads' loop stores one contiguous run: coalesced"),
+            ("cpu", "C order, as on cpu",
+             f"if threads stored it, neighbouring threads would write n = {ORDERS} elements apart"))
+    row_height, top = 112, 78
+    height = top + len(rows) * row_height + 24
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="14">',
            '<rect width="100%" height="100%" fill="white"/>',
-           f'<text x="{left}" y="18" font-size="13">hermite_norm(x, {ORDERS}) on {SAMPLES} samples: '
-           f'thread i computes sample i; colour = order k (one step of every thread\'s loop)</text>']
-    rows = (("cuda", "cuda: order-major", "coalesced: one contiguous run per step"),
-            ("cpu", "C order (cpu)", "if threads wrote it: stride n per thread"))
+           f'<text x="{left}" y="20" font-size="16" font-weight="bold">hermite_norm(x, {ORDERS}), '
+           f'{SAMPLES} samples: thread ti computes sample i</text>',
+           f'<text x="{left}" y="40" fill="#444">cell = one element of the result, at its offset in '
+           'the buffer; label = the thread that stores it; colour = the order k</text>']
     for r, (name, title, note) in enumerate(rows):
-        y = top + r * gap
-        out.append(f'<text x="8" y="{y + 17}" font-weight="bold">{title}</text>')
-        out.append(f'<text x="8" y="{y + 33}" fill="#555">strides ({strides[name][0]}, '
-                   f'{strides[name][1]}) elements</text>')
-        out.append(f'<text x="{left}" y="{y + cell + 30}" fill="#555">{note}</text>')
+        y = top + r * row_height + 22
+        out.append(f'<text x="{left}" y="{y - 24}" font-weight="bold">{title} (element strides '
+                   f'{strides[name]})</text>')
         where = addresses(strides[name])
         for i in range(SAMPLES):
             for k in range(ORDERS):
-                a = int(where[i, k])
-                x = left + a * cell
+                x = left + int(where[i, k]) * cell
                 out.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
                            f'fill="{COLOURS[k % len(COLOURS)]}" stroke="white"/>')
-                out.append(f'<text x="{x + cell / 2}" y="{y + 17}" text-anchor="middle" '
-                           f'fill="white">t{i}</text>')
-        for a in range(0, size, ORDERS):
-            out.append(f'<text x="{left + a * cell + 2}" y="{y - 4}" fill="#555">{a}</text>')
-    legend_y = top + 2 * gap + 12
+                out.append(f'<text x="{x + cell / 2}" y="{y + 18}" text-anchor="middle" '
+                           f'font-size="12" fill="white">t{i}</text>')
+        for a in range(0, size, SAMPLES):
+            out.append(f'<text x="{left + a * cell + 2}" y="{y - 5}" font-size="11" fill="#666">{a}</text>')
+        out.append(f'<text x="{left}" y="{y + cell + 20}" fill="#444">{note}</text>')
+    legend_y = top + len(rows) * row_height - 4
     for k in range(ORDERS):
-        x = left + k * 90
-        out.append(f'<rect x="{x}" y="{legend_y}" width="12" height="12" fill="{COLOURS[k]}"/>')
-        out.append(f'<text x="{x + 16}" y="{legend_y + 10}">k = {k}</text>')
-    out.append(f'<text x="{left + ORDERS * 90}" y="{legend_y + 10}" fill="#555">numbers above the '
-               'cells: element offset in the buffer</text>')
+        x = left + k * 80
+        out.append(f'<rect x="{x}" y="{legend_y}" width="14" height="14" fill="{COLOURS[k]}"/>')
+        out.append(f'<text x="{x + 20}" y="{legend_y + 12}">k = {k}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
