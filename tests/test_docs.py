@@ -20,6 +20,8 @@ names its page and line. A block
 - preceded by ``<!-- requires: cupy, torch -->`` (or ``<!-- cuda; requires: cupy -->``) is
   skipped, saying so, where one of those modules is not installed.
 
+The ``>>>`` examples of the docstrings, which the API reference shows, run as doctests.
+
 **Figures.** No time, rate or speed-up is typed into a page by hand: the performance page is
 generated from ``benchmarks/results/`` (``tests/test_docs_figures.py``), the Hermite layout
 figure from the library's layout code (``docs/hermite_layout.py``).
@@ -342,6 +344,26 @@ def test_a_failing_block_fails_its_item_and_stops_the_page(tmp_path, monkeypatch
     results = run_page("page.md", False, tmp_path / "run2")
     assert results["page.md:1"]["status"] == "failed"
     assert "but the page shows\n1.0 default" in results["page.md:1"]["detail"]
+
+
+def test_docstring_examples_of_the_api_reference_run(tmp_path):
+    """The ``>>>`` examples that the API reference shows from the docstrings, as doctests, in a
+    fresh interpreter outside the repository."""
+    package = ROOT / "gpufuncs"
+    modules = sorted(".".join(("gpufuncs", *path.relative_to(package).with_suffix("").parts))
+                     for path in package.rglob("*.py") if ">>>" in path.read_text())
+    assert "gpufuncs.registry" in modules, modules
+    code = ("import doctest, importlib, sys\n"
+            "for name in sys.argv[1:]:\n"
+            "    result = doctest.testmod(importlib.import_module(name))\n"
+            "    print(name, result.attempted, result.failed)\n")
+    proc = subprocess.run([sys.executable, "-c", code, *modules], cwd=tmp_path, env=user_environment(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.split() for line in proc.stdout.splitlines()]
+    counts = {name: (int(tried), int(failed)) for name, tried, failed in lines}
+    assert set(counts) == set(modules) and counts["gpufuncs.registry"][0] > 0, proc.stdout
+    assert all(failed == 0 for _, failed in counts.values()), proc.stdout
 
 
 # -- the site ---------------------------------------------------------------------------------------
