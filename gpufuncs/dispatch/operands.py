@@ -189,9 +189,9 @@ def _array_result(results: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
 def finish_out(ufunc: Any, outs: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
     """What a call with ``out=`` returns: each ``out`` array, through its own ``__array_wrap__``
     where it is a subclass (NumPy's rule: a masked ``out`` takes the inputs' combined mask)."""
-    done = tuple(o if type(o) is np.ndarray or not hasattr(o, "__array_wrap__")
-                 else apply_wrap(o, o, (ufunc, (*inputs, *outs), i), False)
-                 for i, o in enumerate(outs))
+    done = tuple(apply_wrap(o, o, (ufunc, (*inputs, *outs), i), False)
+                 if isinstance(o, np.ndarray) and type(o) is not np.ndarray else o
+                 for i, o in enumerate(outs))  # device arrays are returned as they are
     return done[0] if len(done) == 1 else done
 
 
