@@ -35,13 +35,13 @@ class Data:
         rng = np.random.default_rng(10)
         self.x = rng.normal(scale=2.0, size=N)
         self.x32 = self.x.astype(np.float32)
-        # (10^3, 1) against (1, 10^4): 10^7 results (rows this long keep Numba's parallel
-        # ufunc, which starts its threads once per row, from taking seconds).
-        self.col = self.x[:10**3, None].copy()
-        self.row = self.x[None, 10**3: 10**3 + 10**4].copy()
+        # (100, 1) against (1, 10^5): 10^7 results (long rows: Numba's parallel ufunc starts
+        # its threads once per row, which takes seconds for thousands of short rows).
+        self.col = self.x[:100, None].copy()
+        self.row = self.x[None, 100: 100 + 10**5].copy()
         self.out = np.empty(N)
-        self.grid = np.empty((10**3, 10**4))
-        self.every_other = np.arange(10**4) % 2 == 0  # a mask that broadcasts over the grid
+        self.grid = np.empty((100, 10**5))
+        self.every_other = np.arange(10**5) % 2 == 0  # a mask that broadcasts over the grid
         self.h = self.x[: N // 10].copy()  # hermite_norm(h, 10): 10^7 results
         self.h16 = (self.h / 4).astype(np.float16)  # every result within float16's range
         self.h_out = np.empty((N // 10, 10))
