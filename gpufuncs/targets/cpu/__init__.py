@@ -114,7 +114,6 @@ def _cache_key(spec: KernelSpec, dtype: np.dtype) -> str | None:
     return f"{spec.source_key}:{depends}:{dtype}:{_library_digest()}"
 
 
-
 class CpuKernel:
     """What the ``cpu`` or ``parallel`` target compiles for one kernel, each part on first use:
     the flat loops per loop dtype (cached on disk), and the Numba ufunc object."""
@@ -167,7 +166,6 @@ class CpuKernel:
         skips Numba's dispatch by argument types, 40% of a small call. It takes the inputs as
         one tuple (the loops' ``*args``)."""
         return _compile(self.spec, self.target, lambda: dispatcher.compile(argtypes))
-
 
 
 class CpuTarget(Target):
