@@ -38,8 +38,10 @@ def check_kernels(kernels: dict[str, gf.Kernel] | None = None) -> dict[str, obje
     target, in float64 and float32 by turns, and check each result against the kernel's
     reference; what went wrong, and how ``parallel`` calls ran."""
     failures = []
-    for i, (name, kernel) in enumerate((kernels or fresh_kernels()).items()):
-        args = thread_args(name, i % 2)
+    kernels = kernels or fresh_kernels()
+    calls = [(name, kernel, thread_args(name, i % 2)) for i, (name, kernel) in enumerate(kernels.items())]
+    calls.append(("exp strided", kernels["exp"], (thread_args("exp", 0)[0][::3],)))  # Numba's ufunc
+    for name, kernel, args in calls:
         for target in TARGETS:
             try:
                 compare(kernel, args, kernel(*args, target=target), target=target)
