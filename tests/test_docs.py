@@ -264,6 +264,18 @@ def test_every_example_that_is_not_run_says_why():
     assert len(ALL) >= 20 and {b.page for b in ALL} >= {"README.md", "docs/getting-started.md"}
 
 
+def test_every_shown_output_is_checked():
+    """A ```text block is the output of the Python block right above it; anywhere else it would
+    be output that no test compares."""
+    for page in PAGES:
+        text = page.read_text()
+        shown = [start + 1 for start, _, info, _ in _fences(text) if info == "text"]
+        checked = sum(b.output is not None for b in blocks(page))
+        assert len(shown) == checked, (
+            f"{page.relative_to(ROOT)}: ```text blocks at lines {shown} must follow a ```python block "
+            "directly (only blank lines between), whose output they show")
+
+
 def test_the_collector_reads_markers_outputs_and_indented_fences(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     page = tmp_path / "page.md"
@@ -379,7 +391,9 @@ def test_site_builds_strictly(tmp_path):
     api = (site / "api" / "index.html").read_text()
     import gpufuncs as gf
 
-    for name in gf.names():  # every built-in kernel has its generated entry
+    builtin = [n for n in gf.names() if gf.registry[n].spec.pyfunc.__module__.startswith("gpufuncs.kernels.")]
+    assert {"gaussian", "hermite_norm"} <= set(builtin)
+    for name in builtin:  # every built-in kernel has its generated entry (other tests register more)
         assert f'id="{name}"' in api, name
     for documented in ("gpufuncs.testing.check_kernel", "gpufuncs.set_auto_parallel_min_size",
                        "gpufuncs.CudaUnavailableError", "gpufuncs.Kernel"):
