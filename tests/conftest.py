@@ -66,3 +66,28 @@ def hypot_kernel():
         return math.hypot(a, b)
 
     return hypot
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _gpu_memory_given_back(request: pytest.FixtureRequest):
+    """After a module of GPU tests, give back what the GPU libraries' caches keep reserved:
+    later tests start other processes (docs examples, Dask workers) that need the memory."""
+    yield
+    if not any(item.get_closest_marker("cuda") for item in request.session.items
+               if item.module is request.module):
+        return
+    import gc
+    import sys
+
+    gc.collect()
+    if "cupy" in sys.modules:
+        sys.modules["cupy"].get_default_memory_pool().free_all_blocks()
+        sys.modules["cupy"].get_default_pinned_memory_pool().free_all_blocks()
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        sys.modules["torch"].cuda.empty_cache()
+    if "gpufuncs.targets.cuda.runtime" in sys.modules:
+        from gpufuncs.targets.cuda.runtime import get_runtime
+
+        runtime = get_runtime()
+        if not runtime.simulated:
+            runtime.trim()

@@ -19,6 +19,7 @@ from numba.core import sigutils, types
 from numba.np.numpy_support import from_dtype
 
 from ...spec import KernelSpec
+from ..base import interrupts_deferred
 from .compat import SIMULATED, keyed_cache, loaded_kernel
 from .kernels import gufunc_kernel, ufunc_kernel
 
@@ -89,7 +90,8 @@ class CudaKernels:
             dispatcher = self._dispatcher(loop_dtype)
             if SIMULATED:
                 return dispatcher
-            return loaded_kernel(dispatcher.compile(argtypes))
+            with interrupts_deferred():  # see there: an interrupted first compile breaks Numba
+                return loaded_kernel(dispatcher.compile(argtypes))
         except Exception as exc:
             raise CudaCompileError(
                 f"kernel {self.spec.name!r} failed to compile for target 'cuda' "

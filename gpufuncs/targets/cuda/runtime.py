@@ -136,8 +136,27 @@ class Runtime:
         return self.device.create_stream()
 
     def allocate(self, nbytes: int, stream: Any) -> Any:
-        """Device memory from the pool, ordered on ``stream`` (freed there when dropped)."""
-        return self.pool.allocate(max(nbytes, 1), stream=stream)
+        """Device memory from the pool, ordered on ``stream`` (freed there when dropped).
+
+        Out of memory, the pool first gives back what it keeps reserved but unused, and tries
+        once more; then it raises ``MemoryError`` with the size asked for.
+        """
+        for attempt in range(2):
+            try:
+                return self.pool.allocate(max(nbytes, 1), stream=stream)
+            except Exception as exc:  # cuda.core's CUDAError: its message names the CUresult
+                if "OUT_OF_MEMORY" not in str(exc):
+                    raise
+                if attempt == 0:
+                    self.trim()
+        raise MemoryError(f"CUDA out of memory allocating {nbytes:,} bytes on {self.device.name} "
+                          f"({self.pool_attribute('USED_MEM_CURRENT'):,} bytes in use by gpufuncs' "
+                          "pool)")
+
+    def trim(self) -> None:
+        """Give the memory the pool keeps reserved but unused back to the device."""
+        (err,) = self._driver.cuMemPoolTrimTo(self._pool_handle(), 0)
+        self._check(err, "trimming the memory pool")
 
     def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         """Asynchronous copy between unified addresses (host<->device or device<->device)."""
