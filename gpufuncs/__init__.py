@@ -15,6 +15,7 @@ from .spec import KernelDefinitionError, Tolerance
 from .targets import CudaUnavailableError, TargetUnavailableError, available_targets
 from .targets import set_parallel_min_size as set_auto_parallel_min_size
 from .targets.cpu import KernelCompileError
+from .targets.cpu.cache import DiskCacheWarning
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CudaUnavailableError",
+    "DiskCacheWarning",
     "Kernel",
     "KernelCompileError",
     "KernelDefinitionError",

@@ -447,13 +447,13 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
 def _blocks(shape: tuple[int, ...], limit: int) -> Iterator[tuple[Any, ...]]:
     """Indices that cut an array of ``shape`` into blocks of at most ``limit`` elements: runs
     along one axis, whole in the axes after it (single elements of the last axis if one row of
-    it is already longer). An array within ``limit`` is one block, ``()``."""
+    it is already longer). An array within ``limit`` is one block, ``(...,)``."""
     inner, axis = 1, len(shape)
     while axis > 0 and inner * shape[axis - 1] <= limit:
         axis -= 1
         inner *= shape[axis]
     if axis == 0:
-        yield ()
+        yield (Ellipsis,)  # the whole array, as an array even when it is 0-d
         return
     axis -= 1
     step = max(1, limit // inner)
@@ -485,6 +485,8 @@ def _loop_writes_correctly(out: Arg, inputs: tuple[Arg, ...], loop: np.dtype) ->
         return False
     if is_contiguous(out.shape, out.strides, out.dtype.itemsize):
         return True
+    if out.dtype != loop:  # NumPy buffers it, and the loop writes the buffer as contiguous
+        return False
     steps = [s // out.dtype.itemsize for s in out.strides]
     for a in inputs:
         if not a.is_array or a.dtype != loop:
