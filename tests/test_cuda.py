@@ -529,4 +529,4 @@ def test_a_call_signature_first_seen_in_a_new_thread(cp):
     x = np.linspace(-2.0, 2.0, 777)  # a shape no other test resolves
     with ThreadPoolExecutor(1) as pool:
         result = pool.submit(gf.hermite_norm, cp.asarray(x), 5).result()
-    np.testing.assert_allclose(result.get(), cpu(gf.hermite_norm, x, 5), rtol=1e-12, atol=1e-300)
+    compare(gf.hermite_norm, (x, 5), result.get(), target="cuda")  # its declared tolerance
