@@ -475,10 +475,11 @@ def test_device_path_agrees_with_reference_and_cpu(name, dtype, cp, cuda_exp):
     @settings(max_examples=20, deadline=None)
     @given(inputs(kernel, dtype, max_dims=2, max_side=6), st.booleans())
     def check(args, first_on_host):
-        # The first input may stay a host array among device ones (copied in by the call).
-        device = [cp.asarray(a) if isinstance(a, np.ndarray) and a.ndim and not (i == 0 and first_on_host)
-                  else a for i, a in enumerate(args)]
-        assume(any(isinstance(a, cp.ndarray) for a in device))  # all scalars: the host path's
+        arrays = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.ndim]
+        assume(arrays)  # all scalars: the host path's
+        # The first array may stay on the host among device ones (copied in by the call).
+        on_host = arrays[:1] if first_on_host and len(arrays) > 1 else []
+        device = [cp.asarray(a) if i in arrays and i not in on_host else a for i, a in enumerate(args)]
         assume(exclude is None or not exclude(args, dtype))
         result = kernel(*device, target="cuda")
         host = cp.asnumpy(result)
