@@ -30,9 +30,9 @@ from distributed import Client, LocalCluster, futures_of, wait
 import gpufuncs as gf
 
 try:  # run as a script or as a module
-    from harness import format_table, machine_info, save_results
+    from harness import format_table, machine_info, measure, save_results
 except ImportError:
-    from .harness import format_table, machine_info, save_results
+    from .harness import format_table, machine_info, measure, save_results
 
 COLUMNS = ("case", "n", "how", "seconds", "x_parallel", "x_numpy_dask", "peak_worker_MB", "sum_workers_MB")
 X0, SIGMA = 0.5, 1.5
@@ -76,16 +76,6 @@ def _time_cluster(client: Client, make: Callable[[], da.Array], repeat: int) -> 
     return statistics.median(times[1:]), max(worst), sum(worst)
 
 
-def _time_local(fn: Callable[[], Any], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def bench(client: Client, name: str, n: int, orders: int, chunk: int, repeat: int) -> list[dict[str, Any]]:
     x = da.random.default_rng(0).standard_normal(n, chunks=chunk).persist()
     wait(x)
@@ -100,7 +90,7 @@ def bench(client: Client, name: str, n: int, orders: int, chunk: int, repeat: in
     t_ours, peak, total = _time_cluster(client, ours, repeat)
     t_numpy, peak_np, total_np = _time_cluster(client, numpy_expr, repeat)
     x_local = x.compute()
-    t_local = _time_local(lambda: local(x_local), repeat)
+    t_local = measure(lambda: local(x_local), warmup=1, repeat=repeat, inner=1)
     label = name if name == "gaussian" else f"hermite_norm {orders} orders"
     rows = [
         {"how": "gpufuncs on the cluster", "seconds": t_ours, "x_parallel": t_ours / t_local,

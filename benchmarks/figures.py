@@ -10,8 +10,10 @@ a test noticing (``tests/test_docs_figures.py`` renders the page again and compa
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,27 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _results(heading: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]] | str:
+    """The meta, rows and opening lines of the section ``heading`` on result file ``name``, or
+    the section saying that there are no results yet."""
+    data = _load(name)
+    if data is None:
+        return f"## {heading}\n\nNo results yet (`benchmarks/results/{name}.json`).\n"
+    return data["meta"], data["rows"], [f"## {heading}", "", _machine(data["meta"]), ""]
+
+
+def _section(kind: str) -> Callable[[Callable[..., str]], Callable[[str, str], str]]:
+    """A page section on one result file: ``body(name, meta, rows, opening)`` writes it, and a
+    missing file gives a section saying so."""
+    def wrap(body: Callable[..., str]) -> Callable[[str, str], str]:
+        @functools.wraps(body)
+        def section(name: str, title: str) -> str:
+            found = _results(f"{kind}: {title}", name)
+            return found if isinstance(found, str) else body(name, *found)
+        return section
+    return wrap
+
+
 def _machine(meta: dict[str, Any]) -> str:
     parts = [f"{meta.get('processor')}, {meta.get('cores')} cores", f"numpy {meta.get('numpy')}",
              f"numba {meta.get('numba')}", f"measured {meta.get('date', '')[:10]}"]
@@ -79,14 +102,11 @@ def _verdicts(meta: dict[str, Any]) -> list[str]:
             if isinstance(value, str) and ("met" in value.split() or "NOT MET" in value)]
 
 
-def cpu_section(name: str, title: str) -> str:
-    data = _load(name)
-    if data is None:
-        return f"## CPU: {title}\n\nNo results yet (`benchmarks/results/{name}.json`).\n"
-    meta, rows = data["meta"], data["rows"]
+@_section("CPU")
+def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], opening: list[str]) -> str:
     large = [r for r in rows if r["n"] >= 10**6]
     slower = [r for r in rows if r["n"] >= 10**4 and r["auto/np"] > 1.0]
-    out = [f"## CPU: {title}", "", _machine(meta), "", "Targets:", "", *_verdicts(meta), "",
+    out = [*opening, "Targets:", "", *_verdicts(meta), "",
            "Microseconds per call, n = 10^6 and up (`np`: the NumPy expression of each kernel; "
            "`hermite_norm`: 32 orders, n samples):", "",
            _table(large, ["kernel", "dtype", "n", "cpu", "parallel", "auto", "numpy", "auto/np",
@@ -110,16 +130,13 @@ def cpu_section(name: str, title: str) -> str:
     return "\n".join(out)
 
 
-def gpu_section(name: str, title: str) -> str:
-    data = _load(name)
-    if data is None:
-        return f"## GPU: {title}\n\nNo results yet (`benchmarks/results/{name}.json`).\n"
-    meta, rows = data["meta"], data["rows"]
+@_section("GPU")
+def gpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], opening: list[str]) -> str:
     picked = [r for r in rows if (r["case"] != "host" and r["n"] in (10**3, 10**8))
               or (r["kernel"] == "hermite_norm" and r["n"] == 10**7)]
     cupy_faster = [r for r in rows if r["case"] == "device" and isinstance(r["x_cupy"], float)
                    and r["x_cupy"] > 1.0]
-    out = [f"## GPU: {title}", "", _machine(meta), "", "Targets:", "",
+    out = [*opening, "Targets:", "",
            *[f"- {t}" for t in meta.get("targets", [])], "",
            "Device arrays (CuPy), microseconds per call: `sync_us` one call and a synchronize, "
            "`pipe_us` calls back to back; ratios against a device copy of the same bytes and "
@@ -141,17 +158,14 @@ def gpu_section(name: str, title: str) -> str:
     return "\n".join(out)
 
 
-def dask_section(name: str, title: str) -> str:
-    data = _load(name)
-    if data is None:
-        return f"## Dask: {title}\n\nNo results yet (`benchmarks/results/{name}.json`).\n"
-    meta, rows = data["meta"], data["rows"]
+@_section("Dask")
+def dask_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], opening: list[str]) -> str:
     ours = [r for r in rows if r["how"] == "gpufuncs on the cluster"]
     verdicts = [f"- {r['case']}, n = {r['n']:.0e}: {r['x_parallel']:.2f}x the threads-only `parallel` "
                 f"target (target <= 1.1: {'met' if r['x_parallel'] <= 1.1 else 'NOT MET'}), "
                 f"{r['x_numpy_dask']:.2f}x Dask's NumPy expression on the same cluster" for r in ours]
     return "\n".join([
-        f"## Dask: {title}", "", _machine(meta), "",
+        *opening,
         f"A `LocalCluster` of {meta.get('workers')} (Dask {meta.get('dask')}), {meta.get('dtype')}; "
         f"{meta.get('method')}. Peak memory: the largest peak resident set of one worker, and the "
         "sum over workers.", "", *verdicts, "",
