@@ -156,6 +156,13 @@ else:
         gf.hermite_norm(HostCAI(x), 4, out=HostCAI(wider))
         np.testing.assert_array_equal(wider, contiguous)
 
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    def test_float16_results_are_rounded_on_their_way_into_a_wider_out(dtype):
+        x = np.linspace(-3, 3, 101).astype(np.float16)
+        out = np.zeros(101, dtype)
+        gf.exp(HostCAI(x), out=HostCAI(out))
+        np.testing.assert_array_equal(out, np.exp(x, out=np.zeros(101, dtype)))  # NumPy's float16 loop
+
     def test_hermite_with_no_orders_and_with_no_samples():
         x = values(5)
         for args in ((x, 0), (x[:0], 3), (x[:0], 0)):

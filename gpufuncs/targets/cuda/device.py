@@ -22,6 +22,8 @@ from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
 from .runtime import get_runtime
 
+HALF = np.dtype(np.float16)
+
 #: ``read(obj, handle, keep) -> launch value``: a pointer or a scalar; temporaries go in ``keep``.
 Reader = Callable[[Any, int, list], Any]
 
@@ -171,6 +173,12 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
     staging = [_Staging(i, op.layout, loop, i < nin, mask is not None)
                for i, op in enumerate(operands[: nin + spec.nout])
                if op.layout.core and op.layout.array and op.layout.dtype != loop]
+    if plan.result_dtype == HALF and mask is None and plan.outs is not None:
+        # The float16 loop rounds its results to float16, also on their way into a wider out=.
+        staging += [_Staging(nin + k, op.layout, HALF, False, False)
+                    for k, op in enumerate(operands[nin: nin + spec.nout])
+                    if op.layout.array and op.layout.dtype != HALF
+                    and all(stage.index != nin + k for stage in staging)]
     layouts = [op.layout for op in operands]
     for stage in staging:
         layouts[stage.index] = stage.buffer
