@@ -56,13 +56,17 @@ def test_hermite_norm_on_dask_adds_the_order_axis_as_one_chunk():
     np.testing.assert_array_equal(result.compute(), gf.hermite_norm(X, 6))
 
 
-def test_out_given_a_dask_array_does_what_numpy_ufuncs_do_with_it():
-    # NumPy ufuncs hand out= to Dask, which rebinds that array to the lazy result.
+def test_out_given_a_dask_array_is_a_clear_error_and_changes_nothing():
     x = da.from_array(X, chunks=250)
-    ours, theirs = da.zeros(X.shape, chunks=250), da.zeros(X.shape, chunks=250)
-    assert gf.exp(x, out=ours) is ours and np.exp(x, out=theirs) is theirs
-    np.testing.assert_array_equal(ours.compute(), gf.exp(X))
-    np.testing.assert_array_equal(theirs.compute(), np.exp(X))
+    out = da.zeros(X.shape, chunks=250)
+    name = out.name
+    for given in (x, X):  # a Dask input, and a NumPy input with a Dask out=
+        with pytest.raises(TypeError, match=r"^exp: out= cannot be a Dask array"):
+            gf.exp(given, out=out)
+        with pytest.raises(TypeError, match=r"^hermite_norm: out= cannot be a Dask array"):
+            gf.hermite_norm(given, 3, out=da.zeros((X.size, 3), chunks=250))
+    assert out.name == name  # not rebound
+    np.testing.assert_array_equal(out.compute(), np.zeros(X.shape))
 
 
 @pytest.mark.parametrize("dtype", [np.complex128, np.longdouble, "U3"])

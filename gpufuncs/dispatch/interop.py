@@ -28,3 +28,12 @@ def finish_gufunc(obj: Any, result: Any) -> Any:
 
         return pandas.DataFrame(result, index=obj.index)
     return result
+
+
+def refuse_lazy_out(name: str, outs: tuple[Any, ...] | None) -> None:
+    """``out=`` a Dask array is refused: it has no memory to write into, and Dask would instead
+    rebind that array to the lazy result, which reads as a write that never happens."""
+    for out in outs or ():
+        if _library(out) == "dask":
+            raise TypeError(f"{name}: out= cannot be a Dask array ({type(out).__name__} is lazy and "
+                            "immutable); use the returned array")

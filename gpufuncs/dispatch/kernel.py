@@ -41,7 +41,7 @@ from .args import (
     overriding,
     refuse_target,
 )
-from .interop import finish_gufunc, gufunc_keywords
+from .interop import finish_gufunc, gufunc_keywords, refuse_lazy_out
 from .operands import Operands, _array_result, finish_out, finisher, operands_for, stage
 from .plan import (
     KEYWORDS,
@@ -336,6 +336,7 @@ class Kernel:
         # block picks its own target.
         refuse_target(self.__name__, call.target, candidates[0])
         self._check_deferred_dtypes(call)
+        refuse_lazy_out(self.__name__, call.outs)
         given = {k: getattr(call, k) for k in _given(call)}
         if call.outs is not None:
             given["out"] = call.outs
