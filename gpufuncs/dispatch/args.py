@@ -111,6 +111,11 @@ def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         out = kwargs.get("out")
         if out is not None and type(out) is not tuple:
             return (*key, "out", arg_key(out))
+    elif len(kwargs) == 2:  # out= and where= arrays, in this order, also as the loop keys them
+        out, where = kwargs.get("out"), kwargs.get("where")
+        if (out is not None and type(out) is not tuple and where is not None and type(where) is not bool
+                and next(iter(kwargs)) == "out"):
+            return (*key, "out", arg_key(out), "where", arg_key(where))
     extra: list[Any] = []
     for name, value in kwargs.items():
         if name == "out":
