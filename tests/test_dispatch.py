@@ -649,3 +649,19 @@ def test_order_k_keeps_fortran_order_only():
     assert gf.exp(x).flags.c_contiguous and not np.exp(x).flags.c_contiguous
     assert same_bits(gf.exp(x), gf.exp(np.ascontiguousarray(x)))
     assert gf.exp(np.asfortranarray(x)).flags.f_contiguous
+
+
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_strided_out_of_another_dtype_and_a_masked_0d_out(target, dtype):
+    # The targets themselves handle both (Numba's loop wrote a reversed out= of another dtype
+    # as if contiguous when the inputs step the same way; the blocked copy indexed a 0-d out=
+    # into a scalar).
+    x = np.linspace(-2, 2, 101)
+    for out, step in ((np.zeros(101, dtype)[::-1], x[::-1]), (np.zeros(202, dtype)[::-2], x[::-1])):
+        gf.exp(step, out=out, target=target)
+        np.testing.assert_array_equal(out, gf.exp(step, target=target).astype(dtype))
+    kept, written = np.array(5.0, dtype), np.array(5.0, dtype)
+    gf.exp(np.array(1.0), out=kept, where=np.array(False), target=target)
+    gf.exp(np.array(1.0), out=written, where=np.array(True), target=target)
+    assert kept == 5.0 and written == np.asarray(gf.exp(1.0, target=target)).astype(dtype)

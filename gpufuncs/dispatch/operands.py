@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from ..targets import DEVICE, HOST, NUMPY_SCALAR, SCALAR, Arg, Plan
-from ..targets.base import is_contiguous
 from .args import describe
 from .plan import HALF
 
@@ -88,17 +87,8 @@ def operands_for(plan: Plan, given: list[Any], values: list[Any], infos: list[Ar
 
 def _through_new_array(plan: Plan, out: Arg) -> bool:
     """Whether results reach ``out`` through a new array: float16 results meant for another
-    dtype (NumPy rounds them to float16 first), and longdouble, which no compiled loop writes.
-
-    Also, until the cpu target handles them (reported): a 0-d ``out`` under ``where=`` (its
-    blocked copy indexes it into a scalar) and a strided ``out`` of a dtype other than the loop's
-    (Numba's loop writes it as if contiguous: wrong values, or past its end).
-    """
-    if (plan.result_dtype == HALF and out.dtype != HALF) or out.dtype == LONGDOUBLE:
-        return True
-    if not out.shape and plan.where is not None:
-        return True
-    return out.dtype != plan.loop.dtype and not is_contiguous(out.shape, out.strides, out.dtype.itemsize)
+    dtype (NumPy rounds them to float16 first), and longdouble, which no compiled loop writes."""
+    return (plan.result_dtype == HALF and out.dtype != HALF) or out.dtype == LONGDOUBLE
 
 
 def _conversion(info: Arg, listlike: bool, half: bool, result: np.dtype) -> Callable[[Any], Any] | None:
