@@ -6,15 +6,13 @@ from typing import Any
 
 import numpy as np
 
-
-def _library(obj: Any) -> str:
-    return type(obj).__module__.split(".")[0]
+from ..targets.base import library_of
 
 
 def gufunc_keywords(obj: Any, sizes: dict[str, int]) -> dict[str, Any]:
     """What an override needs to run a gufunc with output-only core dimensions: Dask's
     ``apply_gufunc`` takes their sizes as ``output_sizes`` (others get the bound kernel only)."""
-    if sizes and _library(obj) == "dask":
+    if sizes and library_of(type(obj)) == "dask":
         return {"output_sizes": dict(sizes)}
     return {}
 
@@ -22,8 +20,8 @@ def gufunc_keywords(obj: Any, sizes: dict[str, int]) -> dict[str, Any]:
 def finish_gufunc(obj: Any, result: Any) -> Any:
     """pandas hands a gufunc's result back as a bare array: for a Series, whose rows are the
     loop dimension, the rows keep its index in a DataFrame (one column per core index)."""
-    if (_library(obj) == "pandas" and getattr(obj, "ndim", None) == 1 and isinstance(result, np.ndarray)
-            and result.ndim == 2 and result.shape[0] == len(obj)):
+    if (library_of(type(obj)) == "pandas" and getattr(obj, "ndim", None) == 1
+            and isinstance(result, np.ndarray) and result.ndim == 2 and result.shape[0] == len(obj)):
         import pandas
 
         return pandas.DataFrame(result, index=obj.index)
@@ -34,6 +32,6 @@ def refuse_lazy_out(name: str, outs: tuple[Any, ...] | None) -> None:
     """``out=`` a Dask array is refused: it has no memory to write into, and Dask would instead
     rebind that array to the lazy result, which reads as a write that never happens."""
     for out in outs or ():
-        if _library(out) == "dask":
+        if library_of(type(out)) == "dask":
             raise TypeError(f"{name}: out= cannot be a Dask array ({type(out).__name__} is lazy and "
                             "immutable); use the returned array")

@@ -100,6 +100,11 @@ class Plan:
         return n
 
 
+def library_of(cls: type) -> str:
+    """The top-level package that defines ``cls`` (``'cupy'``, ``'torch'``, ``'dask'``, ...)."""
+    return cls.__module__.split(".")[0]
+
+
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """Byte strides of a C-contiguous array of ``shape``."""
     strides, step = [], itemsize

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import c_strides
+from ..base import c_strides, library_of
 from . import compat
 from .recognize import torch_dtypes
 from .runtime import get_runtime
@@ -28,7 +28,7 @@ CUPY, TORCH, NUMBA, SIM, CAI, DLPACK = "cupy", "torch", "numba", "sim", "cai", "
 
 def kind_of(cls: type) -> str:
     """The kind of a device array class."""
-    library = cls.__module__.split(".")[0]
+    library = library_of(cls)
     if library in (CUPY, TORCH):
         return library
     if getattr(cls, "__cuda_ndarray__", False):

@@ -14,15 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..base import DEVICE, Arg, DeviceArrays, c_strides
+from ..base import DEVICE, Arg, DeviceArrays, c_strides, library_of
 
 #: DLPack device types of CUDA memory: kDLCUDA, kDLCUDAManaged.
 _DLPACK_CUDA = (2, 13)
 _NOT_ARRAYS = (np.ndarray, np.generic, bool, int, float, complex, str, bytes)
-
-
-def _library(cls: type) -> str:
-    return cls.__module__.split(".")[0]
 
 
 def _declares_interface(cls: type) -> bool:
@@ -77,7 +73,7 @@ class CudaArrays(DeviceArrays):
 
     def describe(self, obj: Any) -> Arg:
         cls = type(obj)
-        library = _library(cls)
+        library = library_of(cls)
         if library == "torch":
             dtype = torch_dtype(obj)
             return Arg(DEVICE, cls, dtype, tuple(obj.shape), tuple(s * dtype.itemsize for s in obj.stride()))
@@ -96,7 +92,7 @@ class CudaArrays(DeviceArrays):
         return Arg(DEVICE, cls, dtype, shape, strides)
 
     def keyer(self, cls: type) -> Callable[[Any], Any] | None:
-        library = _library(cls)
+        library = library_of(cls)
         if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
             return lambda obj: (cls, obj.dtype, obj.shape, obj.strides)
         if library == "torch":
@@ -116,4 +112,4 @@ def _never_read_only(cls: type) -> bool:
     # CuPy and torch have no read-only device arrays, and Numba's always declare theirs
     # writable: reading their interface (a new dict each time) would be the costliest step
     # of a small ``out=`` call.
-    return _library(cls) in ("cupy", "torch") or bool(getattr(cls, "__cuda_ndarray__", False))
+    return library_of(cls) in ("cupy", "torch") or bool(getattr(cls, "__cuda_ndarray__", False))
