@@ -11,7 +11,7 @@ from typing import Any
 from .dispatch import Kernel
 from .registry import float_signatures, get, gufunc, names, registry, ufunc
 from .scalar import as_type
-from .spec import KernelDefinitionError, Tolerance
+from .spec import Benchmark, CupyFormula, KernelDefinitionError, Tolerance
 from .targets import CudaUnavailableError, TargetUnavailableError, available_targets
 from .targets import set_parallel_min_size as set_auto_parallel_min_size
 from .targets.cpu import KernelCompileError
@@ -44,7 +44,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Benchmark",
     "CudaUnavailableError",
+    "CupyFormula",
     "DiskCacheWarning",
     "Kernel",
     "KernelCompileError",

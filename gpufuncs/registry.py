@@ -15,9 +15,11 @@ import numpy as np
 
 from .dispatch import Kernel
 from .spec import (
+    Benchmark,
     KernelDefinitionError,
     KernelSpec,
     Tolerance,
+    check_benchmark,
     check_loop_order,
     parse_layout,
     parse_loop,
@@ -161,6 +163,7 @@ def _define(
     identity: float | None,
     domains: Mapping[str, tuple[float, float]] | None,
     replace: bool,
+    benchmark: Benchmark | None = None,
 ) -> Kernel:
     kname = name or func.__name__
     params = tuple(inspect.signature(func).parameters)
@@ -179,6 +182,8 @@ def _define(
     unknown = set(domains or {}) - set(params)
     if unknown:
         raise KernelDefinitionError(f"kernel {kname!r}: domains name unknown arguments {sorted(unknown)}")
+    if benchmark is not None:
+        check_benchmark(benchmark, kname, len(parsed.inputs) if parsed else len(params), parsed)
     spec = KernelSpec(
         name=kname,
         pyfunc=func,
@@ -190,6 +195,7 @@ def _define(
         identity=identity,
         domains=dict(domains or {}),
         arg_names=params,
+        benchmark=benchmark,
     )
     return registry.register(Kernel(spec), replace=replace)
 
@@ -204,6 +210,7 @@ def ufunc(
     identity: float | None = None,
     domains: Mapping[str, tuple[float, float]] | None = None,
     replace: bool = False,
+    benchmark: Benchmark | None = None,
 ) -> Callable[[Callable[..., Any]], Kernel]:
     """Declare an elementwise kernel from a scalar Python function.
 
@@ -227,6 +234,9 @@ def ufunc(
         ``{argument: (low, high)}`` where an input is meaningful, for generated test inputs.
     replace : bool
         Replace an already registered kernel of the same name.
+    benchmark : Benchmark, optional
+        What ``python -m benchmarks`` compares the kernel with (its NumPy/SciPy expression, its
+        CuPy formula) and calls it with; the library itself never needs it.
 
     Returns
     -------
@@ -247,7 +257,7 @@ def ufunc(
     def decorate(func: Callable[..., Any]) -> Kernel:
         return _define(func, signatures=signatures, layout=None, reference=reference, name=name,
                        tolerances=tolerances, doc=doc, identity=identity, domains=domains,
-                       replace=replace)
+                       replace=replace, benchmark=benchmark)
 
     return decorate
 
@@ -262,6 +272,7 @@ def gufunc(
     doc: str | None = None,
     domains: Mapping[str, tuple[float, float]] | None = None,
     replace: bool = False,
+    benchmark: Benchmark | None = None,
 ) -> Callable[[Callable[..., Any]], Kernel]:
     """Declare a generalized kernel: a scalar-style function that writes its output arrays.
 
@@ -275,8 +286,9 @@ def gufunc(
         Numba signatures returning ``void``, e.g. ``["void(float32, float32[:])", ...]``.
     layout : str
         NumPy gufunc layout, e.g. ``"()->(n)"``.
-    reference, name, tolerances, doc, domains, replace
-        As for :func:`ufunc`. The reference receives the inputs and the output-only sizes.
+    reference, name, tolerances, doc, domains, replace, benchmark
+        As for :func:`ufunc`. The reference and the benchmark's expressions receive the inputs
+        and the output-only sizes.
 
     Returns
     -------
@@ -287,7 +299,7 @@ def gufunc(
     def decorate(func: Callable[..., Any]) -> Kernel:
         return _define(func, signatures=signatures, layout=layout, reference=reference, name=name,
                        tolerances=tolerances, doc=doc, identity=None, domains=domains,
-                       replace=replace)
+                       replace=replace, benchmark=benchmark)
 
     return decorate
 

@@ -158,6 +158,83 @@ def check_loop_order(loops: tuple[Loop, ...], name: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class CupyFormula:
+    """A CuPy ``ElementwiseKernel`` computing what the kernel computes: the GPU benchmark's anchor.
+
+    The three strings are ``cupy.ElementwiseKernel(in_params, out_params, operation, name)``'s
+    arguments, with ``T`` the benchmarked dtype. The benchmark calls it with the sample arrays
+    and the scalar arguments of :class:`Benchmark` (cast to ``T``), then, for a generalized
+    kernel, each output-only core size as ``int32`` and the number of samples ``N`` as ``int64``,
+    and one ``raw`` output buffer of shape ``sizes + (N,)`` (order-major, as the cuda target
+    writes: ``out[k * N + i]``); for an elementwise kernel CuPy allocates the output, or is
+    given ``out``.
+    """
+
+    in_params: str
+    out_params: str
+    operation: str
+
+
+@dataclass(frozen=True, eq=False)
+class Benchmark:
+    """How the benchmarks time a kernel, and what they compare it with.
+
+    Optional for any kernel (the library never reads it); ``python -m benchmarks`` refuses to
+    run while a registered kernel has none, as NumPy's ``bench_ufunc.py`` does.
+
+    Attributes
+    ----------
+    expressions : mapping of str to callable
+        Label -> NumPy/SciPy function called with the kernel's call arguments (sample arrays,
+        scalars, output-only sizes); the first is the CPU anchor every ratio ``/np`` divides by.
+    scalars : tuple of float
+        Representative values of the inputs after the sample arrays, cast to the benchmarked
+        dtype (``gaussian``: ``x0`` and ``sigma``).
+    sizes : tuple of int
+        The output-only core dimension sizes a generalized kernel is called with
+        (``hermite_norm``: 32 orders, so each sample writes 32 values).
+    arrays : int
+        How many leading inputs are sample arrays of ``n`` elements; the others are scalars.
+    cupy : CupyFormula or None
+        The same formula as a CuPy ``ElementwiseKernel``, the GPU anchor (needed by the GPU
+        suite only).
+    """
+
+    expressions: Mapping[str, Callable[..., Any]]
+    scalars: tuple[float, ...] = ()
+    sizes: tuple[int, ...] = ()
+    arrays: int = 1
+    cupy: CupyFormula | None = None
+
+    def outputs_per_sample(self, nout: int = 1) -> int:
+        """Output elements written per sample: ``nout`` times the output-only sizes' product."""
+        return nout * int(np.prod(self.sizes, dtype=np.int64))
+
+    def bytes_per_sample(self, itemsize: int, nout: int = 1) -> int:
+        """Bytes read plus written per sample (scalars are passed by value)."""
+        return itemsize * (self.arrays + self.outputs_per_sample(nout))
+
+
+def check_benchmark(benchmark: Benchmark, name: str, nin: int, layout: Layout | None) -> None:
+    """Raise :class:`KernelDefinitionError` unless ``benchmark`` fits the kernel's arguments."""
+    def fail(message: str) -> None:
+        raise KernelDefinitionError(f"kernel {name!r}: benchmark {message}")
+
+    if not isinstance(benchmark, Benchmark):
+        fail(f"must be a gpufuncs.Benchmark, got {type(benchmark).__name__}")
+    if not benchmark.expressions:
+        fail("needs at least one NumPy/SciPy expression")
+    if not 1 <= benchmark.arrays <= nin or benchmark.arrays + len(benchmark.scalars) != nin:
+        fail(f"gives {benchmark.arrays} sample arrays and {len(benchmark.scalars)} scalars for "
+             f"{nin} inputs")
+    wanted = len(layout.output_only_dims) if layout else 0
+    if len(benchmark.sizes) != wanted:
+        fail(f"gives {len(benchmark.sizes)} output-only sizes, the layout has {wanted}")
+    if layout is not None and any(layout.inputs):
+        fail(f"covers gufuncs with scalar inputs per sample only, not layout {layout.text!r}")
+
+
 @dataclass(frozen=True, eq=False)
 class KernelSpec:
     """Everything declared about one kernel.
@@ -185,6 +262,8 @@ class KernelSpec:
         The value ``reduce`` starts from, for binary kernels that have one.
     domains : mapping of argument name to (low, high)
         Where each input is meaningful; test inputs favour it and probe its edges.
+    benchmark : Benchmark or None
+        The benchmarks' declaration (anchors and arguments); ``None`` for most user kernels.
     """
 
     name: str
@@ -197,6 +276,7 @@ class KernelSpec:
     identity: float | None = None
     domains: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     arg_names: tuple[str, ...] = ()
+    benchmark: Benchmark | None = None
 
     @property
     def is_gufunc(self) -> bool:

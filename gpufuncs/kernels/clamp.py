@@ -3,13 +3,19 @@
 import numpy as np
 
 from ..registry import float_signatures, ufunc
-from ..spec import Tolerance
+from ..spec import Benchmark, CupyFormula, Tolerance
 
 
 @ufunc(
     signatures=float_signatures(3),
     reference=np.clip,
     tolerances={np.float32: Tolerance(rtol=0.0), np.float64: Tolerance(rtol=0.0)},
+    benchmark=Benchmark(
+        {"numpy": np.clip}, scalars=(-1.0, 1.0),
+        # The kernel's NaN rule first (NaN anywhere gives NaN), then NumPy's order.
+        cupy=CupyFormula("T x, T lo, T hi", "T y",
+                         "if (x != x || lo != lo || hi != hi) { y = x + lo + hi; } "
+                         "else { T low = x < lo ? lo : x; y = low > hi ? hi : low; }")),
 )
 def clamp(x, xmin, xmax):
     """Limit ``x`` to ``[xmin, xmax]``; identical to ``numpy.clip``, bit for bit.

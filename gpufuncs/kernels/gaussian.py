@@ -6,7 +6,7 @@ import numpy as np
 
 from ..registry import float_signatures, ufunc
 from ..scalar import as_type
-from ..spec import Tolerance
+from ..spec import Benchmark, CupyFormula, Tolerance
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
@@ -15,6 +15,18 @@ def _reference(x, x0, sigma):
     from scipy.stats import norm
 
     return norm.pdf(x, loc=x0, scale=sigma)
+
+
+def _numpy_expression(x, x0, sigma):
+    """The density as a NumPy user writes it (the CPU benchmark's anchor)."""
+    return np.exp(-0.5 * ((x - x0) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+
+
+# The CUDA C a CuPy user would write, NaN rule for sigma included (the GPU benchmark's anchor).
+_CUPY = CupyFormula(
+    "T x, T x0, T s", "T y",
+    "if (s != s || s <= (T)0) { y = (T)(0.0 / 0.0); } else { T z = (x - x0) / s; "
+    f"y = exp(-(z * z) / (T)2) / (T){math.sqrt(2 * math.pi)!r} / s; }}")
 
 
 @ufunc(
@@ -29,6 +41,8 @@ def _reference(x, x0, sigma):
                               atol=float(np.finfo(np.float64).tiny)),
     },
     domains={"sigma": (0.0, np.inf)},
+    benchmark=Benchmark({"numpy": _numpy_expression, "scipy": _reference}, scalars=(0.5, 1.5),
+                        cupy=_CUPY),
 )
 def gaussian(x, x0, sigma):
     """Normal probability density with mean ``x0`` and standard deviation ``sigma``.

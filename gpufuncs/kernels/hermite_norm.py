@@ -6,7 +6,7 @@ import numpy as np
 
 from ..registry import gufunc
 from ..scalar import as_type
-from ..spec import Tolerance
+from ..spec import Benchmark, CupyFormula, Tolerance
 
 
 def _sqrt_factorials(n):
@@ -31,6 +31,22 @@ def _reference(x, n):
     return values.reshape((*x.shape, n))
 
 
+def _numpy_expression(x, n):
+    """The functions as a NumPy user writes them, in ``x``'s dtype (the CPU benchmark's anchor)."""
+    from numpy.polynomial.hermite_e import hermevander
+
+    return hermevander(x, n - 1) * (1 / _sqrt_factorials(n)).astype(x.dtype)
+
+
+# The plain normalized recurrence in CUDA C, order-major like the cuda target's output
+# (out[k * N + i]): the GPU benchmark's anchor.
+_CUPY = CupyFormula(
+    "T x, int32 n, int64 N", "raw T out",
+    "T prev = 1; out[i] = prev; if (n > 1) { T cur = x; out[N + i] = cur; "
+    "for (int k = 2; k < n; ++k) { T nxt = (x * cur - sqrt((T)(k - 1)) * prev) / sqrt((T)k); "
+    "out[(long long)k * N + i] = nxt; prev = cur; cur = nxt; } }")
+
+
 @gufunc(
     signatures=["void(float32, float32[:])", "void(float64, float64[:])"],
     layout="()->(n)",
@@ -39,6 +55,7 @@ def _reference(x, n):
     tolerances={np.float32: Tolerance(rtol=64 * float(np.finfo(np.float32).eps)),
                 np.float64: Tolerance(rtol=64 * float(np.finfo(np.float64).eps))},
     domains={"x": (-30.0, 30.0)},
+    benchmark=Benchmark({"numpy": _numpy_expression}, sizes=(32,), cupy=_CUPY),
 )
 def hermite_norm(x, out):
     """Normalized Hermite functions ``out[k] = He_k(x) / sqrt(k!)`` for ``k < n``.
