@@ -17,34 +17,39 @@ Three tables, saved with :func:`harness.save_results` under ``benchmarks/results
 - ``cpu_crossover``: ``cpu`` against ``parallel`` on a finer size grid (float64), and the
   crossover ``auto`` measured for itself on this machine (``gpufuncs.targets.cpu.auto``).
 
-As in NumPy's ``bench_ufunc.py``, the tables are generated from the registry and the script
-refuses to run when a registered kernel has no entry in :data:`CASES`.
+The main table also times Numba's own ``@vectorize``/``@guvectorize`` object of the kernel
+(``numba``: ``gf.get(name, "cpu")`` called directly) and a host copy of the bytes the call reads
+and writes (``copy``: the memory limit), and gives ``GB/s`` of ``auto``.
+
+As in NumPy's ``bench_ufunc.py``, the tables are generated from the registry: each kernel's
+arguments and NumPy/SciPy expressions come from its ``benchmark=gf.Benchmark(...)`` declaration
+(:mod:`cases`), and a registered kernel without one stops the run naming it.
+``python -m benchmarks`` runs these tables as its ``cpu`` and ``overhead`` suites.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numba
 import numpy as np
-from numpy.polynomial.hermite_e import hermevander
 
 import gpufuncs as gf
 from gpufuncs.targets.cpu import auto
 
 try:  # run as a script (python benchmarks/bench_cpu.py) or as a module (-m benchmarks.bench_cpu)
-    from harness import format_table, machine_info, measure, save_results
+    from cases import Case, cases
+    from harness import Progress, format_table, machine_info, measure, save_results
 except ImportError:
-    from .harness import format_table, machine_info, measure, save_results
+    from .cases import Case, cases
+    from .harness import Progress, format_table, machine_info, measure, save_results
 
 TARGETS = ("cpu", "parallel", "auto")
 DTYPES = (np.float32, np.float64)
@@ -53,81 +58,12 @@ QUICK_SIZES = (10, 10**4, 10**6)
 LARGE = ("gaussian", np.float64, 10**8)  # --large: parallel against cpu on many cores
 CROSSOVER_SIZES = (*(m * 10**e for e in range(3, 6) for m in (1, 3)), 10**6)
 OVERHEAD_SIZE = 10
-ORDERS = 32  # hermite_norm's n in every table
 MAX_OUTPUTS = 10**8  # output elements per call (hermite_norm stops at 10^6 samples)
-X0, SIGMA = 0.5, 1.5
-SQRT_2PI = math.sqrt(2 * math.pi)
+QUICK_MAX_OUTPUTS = 10**6  # --quick: hermite_norm stops at 10^4 samples
 
-
-def _gaussian_numpy(x, x0, s):
-    return np.exp(-0.5 * ((x - x0) / s) ** 2) / (s * SQRT_2PI)
-
-
-def _gaussian_scipy(x, x0, s):
-    from scipy.stats import norm
-
-    return norm.pdf(x, loc=x0, scale=s)
-
-
-def _hermite_numpy(x, n):
-    inv_sqrt_factorial = np.array([1 / math.sqrt(math.factorial(k)) for k in range(n)], x.dtype)
-    return hermevander(x, n - 1) * inv_sqrt_factorial
-
-
-def _bare_call(compiled, *args):
-    return compiled(*args)
-
-
-def _bare_out(compiled, out, *args):
-    return compiled(*args, out=out)
-
-
-def _hermite_bare(compiled, x, n):
-    # Numba gufuncs cannot allocate output-only core dimensions: the bare call gets a new ``out``.
-    return compiled(x, np.empty((*x.shape, n), x.dtype))
-
-
-def _hermite_bare_out(compiled, out, x, n):
-    return compiled(x, out)
-
-
-@dataclass(frozen=True)
-class Case:
-    """How to benchmark one kernel: its arguments from the sample array, and what it competes with.
-
-    Attributes
-    ----------
-    args : callable
-        ``args(x)``: the kernel's arguments (and the expressions') for samples ``x``.
-    expressions : dict
-        Label -> NumPy/SciPy function of the same arguments; the first is the baseline.
-    outputs_per_sample : int
-        Output elements per sample (the ``auto`` threshold counts output elements).
-    bare : callable
-        ``bare(compiled, *args)`` calls the compiled Numba object as its user would.
-    """
-
-    args: Callable[[np.ndarray], tuple[Any, ...]]
-    expressions: dict[str, Callable[..., Any]]
-    outputs_per_sample: int = 1
-    bare: Callable[..., Any] = _bare_call
-    bare_out: Callable[..., Any] = _bare_out
-
-
-CASES: dict[str, Case] = {
-    "gaussian": Case(lambda x: (x, X0, SIGMA), {"numpy": _gaussian_numpy, "scipy": _gaussian_scipy}),
-    "exp": Case(lambda x: (x,), {"numpy": np.exp}),
-    "clamp": Case(lambda x: (x, -1.0, 1.0), {"numpy": np.clip}),
-    "hermite_norm": Case(lambda x: (x, ORDERS), {"numpy": _hermite_numpy}, ORDERS, _hermite_bare,
-                         _hermite_bare_out),
-}
-
-
-def check_cases() -> None:
-    """Raise if a registered kernel has no benchmark case (NumPy's bench_ufunc check)."""
-    missing = sorted(set(gf.names()) - set(CASES))
-    if missing:
-        raise LookupError(f"registered kernels without a benchmark case in bench_cpu.CASES: {missing}")
+#: One step of a suite: what it measures (for the progress line), and the measurement, which
+#: returns the rows it adds.
+Step = tuple[str, Callable[[], list[dict[str, Any]]]]
 
 
 def samples(n: int, dtype: type) -> np.ndarray:
@@ -155,51 +91,101 @@ def on_targets(kernel: gf.Kernel, args: tuple[Any, ...],
     return {t: lambda t=t: kernel(*args, target=t) for t in targets}
 
 
-def main_row(name: str, dtype: type, n: int, quick: bool) -> dict[str, Any]:
-    """One row of the main table: kernel on every target and the expressions, with ratios."""
-    case, kernel = CASES[name], gf.registry[name]
-    args = case.args(samples(n, dtype))
-    expressions = {label: lambda f=f: f(*args) for label, f in case.expressions.items()}
+def copy_of(nbytes: int) -> Callable[[], Any]:
+    """A host copy reading and writing ``nbytes`` in all (the memory limit of a call)."""
+    half = max(nbytes // 2, 1)
+    src, dst = np.ones(half, np.uint8), np.empty(half, np.uint8)
+    return lambda: np.copyto(dst, src)
+
+
+def main_row(case: Case, dtype: type, n: int, quick: bool) -> dict[str, Any]:
+    """One row of the main table: the kernel on every target, its expressions, Numba's bare
+    ufunc and a copy of the same bytes, with ratios."""
+    x = samples(n, dtype)
+    args, compiled = case.args(x), gf.get(case.name, "cpu")
+    expressions = {label: lambda f=f: f(*args) for label, f in case.expressions().items()}
+    anchors = {"numba": lambda: case.bare(compiled, args), "copy": copy_of(case.nbytes(n, dtype))}
     with np.errstate(all="ignore"):
-        times = timed({**on_targets(kernel, args), **expressions}, n, quick)
-    row: dict[str, Any] = {"kernel": name, "dtype": np.dtype(dtype).name, "n": n, **times}
-    baseline = row[next(iter(case.expressions))]
+        times = timed({**on_targets(case.kernel, args), **expressions, **anchors}, n, quick)
+    row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, "n": n, **times}
+    baseline = row[case.anchor]
     for t in TARGETS:
         row[f"{t}/np"] = row[t] / baseline
     row["auto/best"] = row["auto"] / min(row["cpu"], row["parallel"])
     if "scipy" in row:
         row["cpu/scipy"] = row["cpu"] / row["scipy"]
+    row["auto/numba"] = row["auto"] / row["numba"]
+    row["auto/copy"] = row["auto"] / row["copy"]
+    row["GB/s"] = case.nbytes(n, dtype) / row["auto"] / 1e3  # bytes per µs / 1e3 = GB/s
     return row
 
 
-def overhead_row(name: str, dtype: type) -> dict[str, Any]:
-    """Public call vs the bare Numba ``cpu`` ufunc at ``OVERHEAD_SIZE`` elements: plain, and
-    with ``out=`` and ``where=`` against the bare call with ``out=``."""
-    case, kernel = CASES[name], gf.registry[name]
-    args, compiled = case.args(samples(OVERHEAD_SIZE, dtype)), gf.get(name, "cpu")
+def overhead_row(case: Case, dtype: type, quick: bool = False) -> dict[str, Any]:
+    """Public call vs the bare Numba ``cpu`` ufunc and the NumPy expression at
+    ``OVERHEAD_SIZE`` elements: plain, and with ``out=`` and ``where=`` against the bare call
+    with ``out=``."""
+    kernel = case.kernel
+    args, compiled = case.args(samples(OVERHEAD_SIZE, dtype)), gf.get(case.name, "cpu")
     out = np.empty_like(kernel(*args))
     where = np.ones(out.shape[: out.ndim - (1 if kernel.signature else 0)], bool)
-    times = timed({"public": lambda: kernel(*args), "public cpu": lambda: kernel(*args, target="cpu"),
-                   "public out=": lambda: kernel(*args, out=out),
-                   "public where=": lambda: kernel(*args, out=out, where=where),
-                   "bare": lambda: case.bare(compiled, *args),
-                   "bare out=": lambda: case.bare_out(compiled, out, *args)}, OVERHEAD_SIZE, False)
-    row: dict[str, Any] = {"kernel": name, "dtype": np.dtype(dtype).name, **times}
+    anchor = case.expressions()[case.anchor]
+    with np.errstate(all="ignore"):
+        times = timed({"public": lambda: kernel(*args), "public cpu": lambda: kernel(*args, target="cpu"),
+                       "public out=": lambda: kernel(*args, out=out),
+                       "public where=": lambda: kernel(*args, out=out, where=where),
+                       "bare": lambda: case.bare(compiled, args),
+                       "bare out=": lambda: case.bare_out(compiled, out, args),
+                       "numpy": lambda: anchor(*args)}, OVERHEAD_SIZE, quick)
+    row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, **times}
     row["public/bare"] = row["public"] / row["bare"]
     row["cpu/bare"] = row["public cpu"] / row["bare"]
     row["out/bare out"] = row["public out="] / row["bare out="]
     row["where/bare out"] = row["public where="] / row["bare out="]
+    row["public/np"] = row["public"] / row["numpy"]
     return row
 
 
-def crossover_rows(name: str) -> list[dict[str, Any]]:
+def crossover_rows(case: Case) -> list[dict[str, Any]]:
     """cpu vs parallel (float64) over :data:`CROSSOVER_SIZES`, sizes in output elements."""
-    case, kernel = CASES[name], gf.registry[name]
     rows = []
     for n in CROSSOVER_SIZES:
-        times = timed(on_targets(kernel, case.args(samples(n, np.float64)), ("cpu", "parallel")), n, False)
-        rows.append({"kernel": name, "outputs": n * case.outputs_per_sample, **times,
+        args = case.args(samples(n, np.float64))
+        times = timed(on_targets(case.kernel, args, ("cpu", "parallel")), n, False)
+        rows.append({"kernel": case.name, "outputs": n * case.outputs_per_sample, **times,
                      "parallel/cpu": times["parallel"] / times["cpu"]})
+    return rows
+
+
+def main_steps(selected: list[Case], sizes: tuple[int, ...] = SIZES,
+               dtypes: tuple[type, ...] = DTYPES, quick: bool = False) -> list[Step]:
+    """The main table's rows as steps; sizes past the output limit are left out."""
+    limit = QUICK_MAX_OUTPUTS if quick else MAX_OUTPUTS
+    return [(f"cpu {case.name} {np.dtype(dtype).name} n={n:.0e}",
+             lambda case=case, dtype=dtype, n=n: [main_row(case, dtype, n, quick)])
+            for case in selected for dtype in dtypes for n in sizes
+            if n * case.outputs_per_sample <= limit]
+
+
+def overhead_steps(selected: list[Case], dtypes: tuple[type, ...] = DTYPES,
+                   quick: bool = False) -> list[Step]:
+    """The call-overhead table's rows as steps."""
+    return [(f"overhead {case.name} {np.dtype(dtype).name}",
+             lambda case=case, dtype=dtype: [overhead_row(case, dtype, quick)])
+            for case in selected for dtype in dtypes]
+
+
+def crossover_steps(selected: list[Case]) -> list[Step]:
+    """The cpu/parallel crossover sweep as steps, one per kernel."""
+    return [(f"crossover {case.name}", lambda case=case: crossover_rows(case)) for case in selected]
+
+
+def run(steps: list[Step], progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Every step's rows, in order, reporting each step to ``progress``."""
+    rows: list[dict[str, Any]] = []
+    for what, step in steps:
+        rows += step()
+        if progress:
+            progress.step(what)
     return rows
 
 
@@ -264,7 +250,7 @@ def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]],
         auto["auto/best"], 1.1, f"[{auto['kernel']} {auto['dtype']} n={auto['n']}]")
     f64 = [r for r in overhead if r["dtype"] == "float64"]
     for column, limit in (("public/bare", 1.5), ("cpu/bare", 1.5), ("out/bare out", 2.0),
-                          ("where/bare out", 2.0)):
+                          ("where/bare out", 2.0)) if f64 else ():
         worst = max(f64, key=lambda r: r[column])
         found[f"overhead n=10 float64 {column} (worst)"] = verdict(worst[column], limit,
                                                                   f"[{worst['kernel']}]")
@@ -279,6 +265,23 @@ def report(title: str, name: str, rows: list[dict[str, Any]], meta: dict[str, An
         save_results(name, rows, columns, meta)
 
 
+def cpu_meta(main_rows: list[dict[str, Any]], overhead: list[dict[str, Any]],
+             cross: list[dict[str, Any]], load_before: float, quick: bool) -> dict[str, Any]:
+    """The result files' meta: machine, versions, load, the targets' verdicts, crossovers."""
+    meta = machine_info({"load average (1 min) before": load_before, "unit": "µs per call",
+                         "numba threads": numba.get_num_threads()})
+    if main_rows and overhead:
+        meta.update(verdicts(main_rows, overhead, import_seconds(2 if quick else 7)))
+    meta["load average (1 min) after"] = os.getloadavg()[0]  # near 1 on 2 cores: undisturbed
+    if cross:
+        names = list(dict.fromkeys(r["kernel"] for r in cross))
+        meta["crossover (output elements)"] = {
+            name: crossover([r for r in cross if r["kernel"] == name]) for name in names}
+        meta["auto's measured crossovers (loop elements)"] = {
+            f"{key[0]} {key[2]}": value for key, value in auto._crossovers.items()}
+    return meta
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the three tables and the import time, print them and the targets' verdicts, save
     the results."""
@@ -289,24 +292,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default="cpu", help="results file name (default: cpu), e.g. to keep "
                         "a run with another NUMBA_THREADING_LAYER apart")
     opts = parser.parse_args(argv)
-    check_cases()
+    selected = cases()
     load_before = os.getloadavg()[0]  # other work on the machine skews every figure
-    sizes = QUICK_SIZES if opts.quick else SIZES
-    main_rows = [main_row(name, dtype, n, opts.quick) for name in gf.names() for dtype in DTYPES
-                 for n in sizes if n * CASES[name].outputs_per_sample <= MAX_OUTPUTS]
+    steps = main_steps(selected, QUICK_SIZES if opts.quick else SIZES, DTYPES, opts.quick)
     if opts.large:
-        main_rows.append(main_row(LARGE[0], LARGE[1], LARGE[2], quick=True))
-    overhead = [overhead_row(name, dtype) for name in gf.names() for dtype in DTYPES]
-    cross = [] if opts.quick else [row for name in gf.names() for row in crossover_rows(name)]
-    meta = machine_info({"load average (1 min) before": load_before, "unit": "µs per call",
-                         "numba threads": numba.get_num_threads(),
-                         **verdicts(main_rows, overhead, import_seconds())})
-    meta["load average (1 min) after"] = os.getloadavg()[0]  # near 1 on 2 cores: undisturbed
-    if cross:
-        meta["crossover (output elements)"] = {
-            name: crossover([r for r in cross if r["kernel"] == name]) for name in gf.names()}
-        meta["auto's measured crossovers (loop elements)"] = {
-            f"{key[0]} {key[2]}": value for key, value in auto._crossovers.items()}
+        name, dtype, n = LARGE
+        steps.append((f"cpu {name} large", lambda: [main_row(cases([name])[0], dtype, n, quick=True)]))
+    n_main = len(steps)
+    steps += overhead_steps(selected, DTYPES)
+    n_overhead = len(steps) - n_main
+    if not opts.quick:
+        steps += crossover_steps(selected)
+    rows = run(steps, Progress(len(steps)))
+    main_rows, overhead = rows[:n_main], rows[n_main:n_main + n_overhead]
+    cross = rows[n_main + n_overhead:]
+    meta = cpu_meta(main_rows, overhead, cross, load_before, opts.quick)
     save = not opts.quick
     report("times (µs) and ratios; np = the NumPy expression", opts.name, main_rows, meta, save)
     report(f"call overhead at n={OVERHEAD_SIZE} (µs)", f"{opts.name}_overhead", overhead, meta, save)

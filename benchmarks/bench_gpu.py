@@ -26,67 +26,77 @@ same run:
 A second table measures small calls: gaussian float32 at n = 1000 for CuPy, Numba and torch
 arrays (a new output, and ``out=``), against CuPy's ``ElementwiseKernel`` on CuPy arrays, call +
 synchronize and pipelined. ``--targets-only`` runs just the cases that issue targets name.
+
+Kernels, their scalar arguments and their CuPy formulas come from the registry (each kernel's
+``benchmark=gf.Benchmark(..., cupy=gf.CupyFormula(...))``, see :mod:`cases`); a kernel without a
+CuPy formula stops the run naming it. ``python -m benchmarks --suite gpu`` runs this suite, and
+says it was skipped, and why, on a machine without CuPy or a GPU (:func:`unavailable`).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
 
-import cupy as cp
 import numpy as np
-from numba import cuda
 
 import gpufuncs as gf
 
-try:  # run as a script or as a module
-    from harness import format_table, machine_info, measure, save_results
+try:  # the suite runs only with both; unavailable() says which one is missing
+    import cupy as cp
 except ImportError:
-    from .harness import format_table, machine_info, measure, save_results
+    cp = None
+
+try:  # run as a script or as a module
+    from cases import Case, cases, cupy_missing
+    from harness import Progress, format_table, machine_info, measure, save_results
+except ImportError:
+    from .cases import Case, cases, cupy_missing
+    from .harness import Progress, format_table, machine_info, measure, save_results
 
 SIZES = tuple(10**e for e in range(3, 9))
-HERMITE_SIZES = tuple(10**e for e in range(3, 8))
-ORDERS = 32
-X0, SIGMA = 0.5, 1.5
-SQRT_2PI = math.sqrt(2 * math.pi)
+DTYPES = (np.float32, np.float64)
+MAX_OUTPUTS = 32 * 10**7  # output elements per call: hermite_norm (32 orders) stops at 10^7 samples
+HOST_MAX_OUTPUTS = 32 * 10**6  # host rows: up to 10^7 elements, hermite_norm up to 10^6 samples
+HOST_EXTRA = ("gaussian", np.float32, 10**8)  # the host-path target of the issues
+SMALL = ("gaussian", 1000)  # the small-call table: kernel and n
 COLUMNS = ("kernel", "dtype", "n", "case", "sync_us", "pipe_us", "GB/s", "x_copy_sync", "x_copy",
            "x_cupy_sync", "x_cupy", "x_numba", "x_pinned")
 #: Calls per repetition of the pipelined small-call figures (one synchronize per batch).
 PIPELINE = 200
 
-# CuPy ElementwiseKernels with the kernels' formulas (NaN rules included).
-CUPY = {
-    "gaussian": cp.ElementwiseKernel(
-        "T x, T x0, T s", "T y",
-        f"if (s != s || s <= (T)0) {{ y = (T)(0.0 / 0.0); }} else {{ T z = (x - x0) / s; "
-        f"y = exp(-(z * z) / (T)2) / (T){SQRT_2PI!r} / s; }}", "bench_gaussian"),
-    "exp": cp.ElementwiseKernel("T x", "T y", "y = exp(x)", "bench_exp"),
-    "clamp": cp.ElementwiseKernel(
-        "T x, T lo, T hi", "T y",
-        "if (x != x || lo != lo || hi != hi) { y = x + lo + hi; } "
-        "else { T low = x < lo ? lo : x; y = low > hi ? hi : low; }", "bench_clamp"),
-    # Order-major like ours: out[k * N + i].
-    "hermite_norm": cp.ElementwiseKernel(
-        "T x, int32 n, int64 N", "raw T out",
-        "T prev = 1; out[i] = prev; if (n > 1) { T cur = x; out[N + i] = cur; "
-        "for (int k = 2; k < n; ++k) { T nxt = (x * cur - sqrt((T)(k - 1)) * prev) / sqrt((T)k); "
-        "out[(long long)k * N + i] = nxt; prev = cur; cur = nxt; } }", "bench_hermite"),
-}
+Step = tuple[str, Callable[[], list[dict[str, Any]]]]
 
 
-def scalars(name: str, dtype: Any) -> tuple[Any, ...]:
-    t = np.dtype(dtype).type
-    return {"gaussian": (t(X0), t(SIGMA)), "exp": (), "clamp": (t(-0.5), t(0.5)),
-            "hermite_norm": ()}[name]
+def unavailable() -> str | None:
+    """Why the GPU suite cannot run on this machine, or ``None`` when it can."""
+    if cp is None:
+        return "CuPy is not installed (its ElementwiseKernel is the GPU anchor): pip install cupy-cuda12x"
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError without a driver or device
+        return f"CuPy finds no CUDA GPU ({exc})"
+    if count == 0:
+        return "CuPy finds no CUDA GPU"
+    if "cuda" not in gf.available_targets():
+        from gpufuncs.targets import get_target
+
+        return f"gpufuncs' cuda target is unavailable: {get_target('cuda').unavailable_reason()}"
+    return None
 
 
-def traffic(name: str, n: int, itemsize: int) -> int:
-    """Bytes read plus written (scalars are passed by value)."""
-    return n * itemsize * (1 + ORDERS if name == "hermite_norm" else 2)
+def cupy_kernels(selected: list[Case]) -> dict[str, Any]:
+    """Each kernel's CuPy ``ElementwiseKernel`` (its declared formula), by name."""
+    missing = cupy_missing(selected)
+    if missing:
+        raise SystemExit(f"kernels without a CuPy formula (benchmark=gf.Benchmark(..., cupy=...)): "
+                         f"{', '.join(missing)}")
+    return {case.name: cp.ElementwiseKernel(case.bench.cupy.in_params, case.bench.cupy.out_params,
+                                            case.bench.cupy.operation, f"bench_{case.name}")
+            for case in selected}
 
 
 class Timer:
@@ -125,6 +135,9 @@ def copy_time(timer: Timer, nbytes: int) -> tuple[float, float]:
 
 
 def pinned_time(timer: Timer, in_bytes: int, out_bytes: int) -> float:
+    """A pinned host->device copy of ``in_bytes`` and device->host of ``out_bytes`` (pipelined)."""
+    from numba import cuda
+
     host_in = cuda.pinned_array(in_bytes, np.uint8)
     host_out = cuda.pinned_array(out_bytes, np.uint8)
     dev_in, dev_out = cp.empty(in_bytes, cp.uint8), cp.empty(out_bytes, cp.uint8)
@@ -137,59 +150,83 @@ def pinned_time(timer: Timer, in_bytes: int, out_bytes: int) -> float:
     return timer(round_trip, big=True)
 
 
-def bench(name: str, dtype: Any, n: int, timer: Timer, with_host: bool) -> list[dict[str, Any]]:
-    kernel = gf.registry[name]
-    rng = np.random.default_rng(0)
-    x_host = rng.normal(size=n).astype(dtype)
+def device_out(case: Case, n: int, dtype: Any) -> Any:
+    """A CuPy ``out=`` in the cuda target's own layout: order-major, seen as ``(n,) + sizes``."""
+    sizes = case.bench.sizes
+    return cp.empty((*reversed(sizes), n), dtype).T if sizes else cp.empty(n, dtype)
+
+
+def cupy_calls(case: Case, ek: Any, x: Any, extra: tuple[Any, ...], out: Any) -> dict[str, Callable]:
+    """The anchor's calls by case: a new output (``device``) and ``out=`` (``device+out``).
+
+    A generalized kernel's formula writes a given order-major buffer (see
+    :class:`gpufuncs.CupyFormula`), so both cases are that one call.
+    """
+    if case.kernel.spec.is_gufunc:
+        n = x.shape[0]
+        raw = cp.empty((*case.bench.sizes, n), x.dtype)
+        sizes = tuple(np.int32(s) for s in case.bench.sizes)
+
+        def into_raw():
+            return ek(x, *extra, *sizes, np.int64(n), raw)
+
+        return {"device": into_raw, "device+out": into_raw}
+    return {"device": lambda: ek(x, *extra), "device+out": lambda: ek(x, *extra, out)}
+
+
+def bench(case: Case, dtype: Any, n: int, timer: Timer, ek: Any, with_host: bool) -> list[dict[str, Any]]:
+    """The rows of one kernel, dtype and size: device, device+out and (``with_host``) host."""
+    kernel, name = case.kernel, case.name
+    x_host = np.random.default_rng(0).normal(size=n).astype(dtype)
     x = cp.asarray(x_host)
-    extra = scalars(name, dtype)
-    size_args = (ORDERS,) if name == "hermite_norm" else ()
+    extra = case.inputs(x_host)[case.bench.arrays:]
+    inputs, sizes = (x,) * case.bench.arrays + extra, case.bench.sizes
     big = n >= 10**7
-    nbytes = traffic(name, n, np.dtype(dtype).itemsize)
+    nbytes = case.nbytes(n, dtype)
     copy = copy_time(timer, nbytes)
-    out = cp.empty((ORDERS, n), dtype).T if name == "hermite_norm" else cp.empty(n, dtype)
-    ours = {
-        "device": timer.both(lambda: kernel(x, *extra, *size_args), big),
-        "device+out": timer.both(lambda: kernel(x, *extra, *size_args, out=out), big),
-    }
-    ek = CUPY[name]
-    if name == "hermite_norm":
-        raw = cp.empty((ORDERS, n), dtype)
-        cupy_t = timer.both(lambda: ek(x, np.int32(ORDERS), np.int64(n), raw), big)
-        cupy = {"device": cupy_t, "device+out": cupy_t}  # it only writes a given buffer
-    else:
-        cupy = {"device": timer.both(lambda: ek(x, *extra), big),
-                "device+out": timer.both(lambda: ek(x, *extra, out), big)}
-    numba_t = numba_device_time(name, x_host, extra, timer, big)
-    rows = []
-    for case, t in ours.items():
-        rows.append(row(name, dtype, n, case, t, nbytes, copy=copy, cupy=cupy[case], numba=numba_t))
+    out = device_out(case, n, dtype)
+    ours = {"device": timer.both(lambda: kernel(*inputs, *sizes), big),
+            "device+out": timer.both(lambda: kernel(*inputs, *sizes, out=out), big)}
+    calls = cupy_calls(case, ek, x, extra, out)
+    distinct = {id(f): f for f in calls.values()}  # a gufunc's two cases are one call: timed once
+    timings = {key: timer.both(f, big) for key, f in distinct.items()}
+    cupy = {c: timings[id(f)] for c, f in calls.items()}
+    numba_t = numba_device_time(case, x_host, extra, timer, big)
+    rows = [row(name, dtype, n, c, t, nbytes, copy=copy, cupy=cupy[c], numba=numba_t)
+            for c, t in ours.items()]
     if with_host:
-        t = timer.both(lambda: kernel(x_host, *extra, *size_args, target="cuda"), big=True)
-        in_b, out_b = n * x_host.itemsize, nbytes - n * x_host.itemsize
-        numba_host = (numba_host_time(name, x_host, extra, timer)
-                      if name != "hermite_norm" else None)
+        host_inputs = (x_host,) * case.bench.arrays + extra
+        t = timer.both(lambda: kernel(*host_inputs, *sizes, target="cuda"), big=True)
+        in_b = n * x_host.itemsize * case.bench.arrays
+        numba_host = None if kernel.spec.is_gufunc else numba_host_time(case, host_inputs, timer)
         rows.append(row(name, dtype, n, "host", t, nbytes, numba=numba_host,
-                        pinned=pinned_time(timer, in_b, out_b)))
+                        pinned=pinned_time(timer, in_b, nbytes - in_b)))
     cp.get_default_memory_pool().free_all_blocks()
     return rows
 
 
-def numba_device_time(name: str, x_host: np.ndarray, extra: tuple[Any, ...], timer: Timer,
+def numba_device_time(case: Case, x_host: np.ndarray, extra: tuple[Any, ...], timer: Timer,
                       big: bool) -> float:
-    numba_object = gf.get(name, target="cuda")
+    """Numba's ``@vectorize``/``@guvectorize`` (cuda) on Numba device arrays with ``out=``;
+    a gufunc's output in row layout, ``(n,) + sizes`` contiguous, as usually written."""
+    from numba import cuda
+
+    numba_object = gf.get(case.name, target="cuda")
     dx = cuda.to_device(x_host)
-    if name == "hermite_norm":  # row layout, (n, 32) contiguous, as usually written
-        dout = cuda.device_array((x_host.size, ORDERS), x_host.dtype)
-        size = cuda.to_device(np.empty(ORDERS, x_host.dtype))
-        return timer(lambda: numba_object(dx, size, dout), big)
+    arrays = (dx,) * case.bench.arrays
+    if case.kernel.spec.is_gufunc:
+        # Numba's object takes one extra input per output-only size, whose core shape gives it.
+        size_inputs = [cuda.to_device(np.empty(s, x_host.dtype)) for s in case.bench.sizes]
+        dout = cuda.device_array((x_host.size, *case.bench.sizes), x_host.dtype)
+        return timer(lambda: numba_object(*arrays, *extra, *size_inputs, dout), big)
     dout = cuda.device_array(x_host.size, x_host.dtype)
-    return timer(lambda: numba_object(dx, *extra, out=dout), big)
+    return timer(lambda: numba_object(*arrays, *extra, out=dout), big)
 
 
-def numba_host_time(name: str, x_host: np.ndarray, extra: tuple[Any, ...], timer: Timer) -> float:
-    numba_object = gf.get(name, target="cuda")
-    return timer(lambda: numba_object(x_host, *extra), big=True)
+def numba_host_time(case: Case, host_inputs: tuple[Any, ...], timer: Timer) -> float:
+    """Numba's ``@vectorize(target="cuda")`` called on NumPy arrays (it copies both ways)."""
+    numba_object = gf.get(case.name, target="cuda")
+    return timer(lambda: numba_object(*host_inputs), big=True)
 
 
 def row(name, dtype, n, case, t, nbytes, copy=None, cupy=None, numba=None, pinned=None) -> dict[str, Any]:
@@ -207,20 +244,23 @@ def row(name, dtype, n, case, t, nbytes, copy=None, cupy=None, numba=None, pinne
             "x_numba": ratio(pipe, numba), "x_pinned": ratio(pipe, pinned)}
 
 
-def small_calls(timer: Timer) -> list[dict[str, Any]]:
-    """gaussian float32, n = 1000, by array kind and output, against CuPy's ElementwiseKernel:
-    call + synchronize, and pipelined (:data:`PIPELINE` calls, one synchronize)."""
+def small_calls(timer: Timer, ek: Any) -> list[dict[str, Any]]:
+    """The :data:`SMALL` kernel in float32, by array kind and output, against its CuPy
+    ``ElementwiseKernel`` ``ek``: call + synchronize, and pipelined (:data:`PIPELINE` calls,
+    one synchronize)."""
     import torch
+    from numba import cuda
 
-    x_host = np.linspace(-3, 3, 1000, dtype=np.float32)
+    name, n = SMALL
+    case = cases([name])[0]
+    x_host = np.linspace(-3, 3, n, dtype=np.float32)
     arrays = {"cupy": cp.asarray(x_host), "numba": cuda.to_device(x_host),
               "torch": torch.as_tensor(x_host, device="cuda")}
-    outs = {"cupy": cp.empty(1000, cp.float32), "numba": cuda.device_array(1000, np.float32),
-            "torch": torch.empty(1000, dtype=torch.float32, device="cuda")}
-    ek = CUPY["gaussian"]
+    outs = {"cupy": cp.empty(n, cp.float32), "numba": cuda.device_array(n, np.float32),
+            "torch": torch.empty(n, dtype=torch.float32, device="cuda")}
+    extra = case.inputs(x_host)[case.bench.arrays:]
     x, out = arrays["cupy"], outs["cupy"]
-    a, b = np.float32(X0), np.float32(SIGMA)
-    theirs = {"alloc": lambda: ek(x, a, b), "out=": lambda: ek(x, a, b, out)}
+    theirs = {"alloc": lambda: ek(x, *extra), "out=": lambda: ek(x, *extra, out)}
     reference = {how: (timer.each(f), timer.batch(f)) for how, f in theirs.items()}
     torch_exp = timer.batch(lambda: torch.exp(arrays["torch"]))
     rows = []
@@ -229,7 +269,7 @@ def small_calls(timer: Timer) -> list[dict[str, Any]]:
             kwargs = {"out": outs[kind]} if how == "out=" else {}
 
             def ours(arg=arg, kwargs=kwargs):
-                return gf.gaussian(arg, X0, SIGMA, **kwargs)
+                return case.kernel(arg, *extra, **kwargs)
 
             sync, pipe = timer.each(ours), timer.batch(ours)
             c_sync, c_pipe = reference[how]
@@ -281,48 +321,95 @@ def targets(rows: list[dict[str, Any]], small: list[dict[str, Any]]) -> list[str
     return lines
 
 
-def cases(quick: bool, targets_only: bool) -> list[tuple[str, Any, int, bool]]:
-    """(kernel, dtype, n, with the host path) for every row."""
+TARGET_ROWS = (("gaussian", 10**8), ("hermite_norm", 10**7))  # --targets-only: float32, device
+
+
+def plan(selected: list[Case], quick: bool = False, targets_only: bool = False,
+         sizes: tuple[int, ...] = SIZES,
+         dtypes: tuple[Any, ...] = DTYPES) -> list[tuple[Case, Any, int, bool]]:
+    """(case, dtype, n, with the host path) for every row group: sizes up to
+    :data:`MAX_OUTPUTS` output elements (10^6 samples with ``quick``), host rows up to
+    :data:`HOST_MAX_OUTPUTS` and :data:`HOST_EXTRA`."""
     if targets_only:
-        return [("gaussian", np.float32, 10**8, False), ("hermite_norm", np.float32, 10**7, False)]
+        return [(c, np.float32, n, False) for c in selected for name, n in TARGET_ROWS if c.name == name]
     found = []
-    for name in ("gaussian", "exp", "clamp", "hermite_norm"):
-        for dtype in (np.float32, np.float64):
-            for n in HERMITE_SIZES if name == "hermite_norm" else SIZES:
-                if quick and n > 10**6:
+    for case in selected:
+        for dtype in dtypes:
+            for n in sizes:
+                outputs = n * case.outputs_per_sample
+                if outputs > MAX_OUTPUTS or (quick and n > 10**6):
                     continue
-                host_limit = 10**6 if name == "hermite_norm" else 10**7
-                with_host = n <= host_limit or (name, dtype, n) == ("gaussian", np.float32, 10**8)
-                found.append((name, dtype, n, with_host))
+                with_host = outputs <= HOST_MAX_OUTPUTS or (case.name, dtype, n) == HOST_EXTRA
+                found.append((case, dtype, n, with_host))
     return found
 
 
-def main() -> None:
+def gpu_steps(selected: list[Case], timer: Timer, quick: bool = False, targets_only: bool = False,
+              sizes: tuple[int, ...] = SIZES, dtypes: tuple[Any, ...] = DTYPES) -> list[Step]:
+    """The main table's row groups as steps."""
+    kernels = cupy_kernels(selected)
+    return [(f"gpu {case.name} {np.dtype(dtype).name} n={n:.0e}",
+             lambda case=case, dtype=dtype, n=n, host=host: bench(case, dtype, n, timer,
+                                                                 kernels[case.name], host))
+            for case, dtype, n, host in plan(selected, quick, targets_only, sizes, dtypes)]
+
+
+def small_steps(timer: Timer) -> list[Step]:
+    """The small-call table as one step (none when its kernel is not registered)."""
+    name = SMALL[0]
+    if name not in gf.names():
+        return []
+    ek = cupy_kernels(cases([name]))[name]
+    return [(f"gpu small calls {name}", lambda: small_calls(timer, ek))]
+
+
+def gpu_meta(summary: list[str]) -> dict[str, Any]:
+    """The result files' meta: machine, GPU, versions, first-call time, the targets' verdicts."""
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    gpu = device.name.decode() if isinstance(device.name, bytes) else device.name
+    return machine_info({"gpu": gpu, "cupy": cp.__version__, "first_call": first_call_seconds(),
+                         "targets": summary})
+
+
+def slug(gpu: str) -> str:
+    """The results file name part of a GPU: ``h100`` for any H100."""
+    return "h100" if "H100" in gpu else gpu.lower().replace(" ", "-")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the small-call and main tables, print them and the verdicts, save the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n up to 10^6, fewer repetitions")
     parser.add_argument("--targets-only", action="store_true", help="only the cases targets name")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    reason = unavailable()
+    if reason:
+        raise SystemExit(f"GPU benchmark skipped: {reason}")
     timer = Timer(args.quick)
+    small_plan = small_steps(timer)
+    main_plan = gpu_steps(cases(), timer, args.quick, args.targets_only)
+    progress = Progress(len(small_plan) + len(main_plan))
+    small: list[dict[str, Any]] = []
+    for what, step in small_plan:
+        small += step()
+        progress.step(what)
+    if small:
+        print(format_table(small, list(small[0])), flush=True)
     rows: list[dict[str, Any]] = []
-    for name in gf.names():
-        if name not in CUPY:
-            raise SystemExit(f"kernel {name!r} has no benchmark entry in CUPY: add one")
-    small = small_calls(timer)
-    print(format_table(small, list(small[0])), flush=True)
-    for name, dtype, n, with_host in cases(args.quick, args.targets_only):
-        rows += bench(name, dtype, n, timer, with_host)
+    for what, step in main_plan:
+        rows += step()
+        progress.step(what)
         print(format_table(rows[-3:], COLUMNS).split("\n", 1)[1], flush=True)
     summary = targets(rows, small)
     print("\n".join(summary))
     if args.targets_only:
         return
-    device = cuda.get_current_device()
-    gpu = device.name.decode() if isinstance(device.name, bytes) else device.name
-    meta = machine_info({"gpu": gpu, "cupy": cp.__version__, "first_call": first_call_seconds(),
-                         "targets": summary})
-    slug = "h100" if "H100" in gpu else gpu.lower().replace(" ", "-")
-    path = save_results(f"gpu-{slug}", rows, COLUMNS, meta)
-    save_results(f"gpu-{slug}_small", small, list(small[0]), meta)
+    meta = gpu_meta(summary)
+    path = save_results(f"gpu-{slug(meta['gpu'])}", rows, COLUMNS, meta)
+    if small:
+        save_results(f"gpu-{slug(meta['gpu'])}_small", small, list(small[0]), meta)
     print(path.read_text())
 
 

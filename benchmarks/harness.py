@@ -11,6 +11,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -81,6 +83,7 @@ def machine_info(extra: dict[str, Any] | None = None) -> dict[str, Any]:
         "numpy": numpy.__version__,
         "numba": numba.__version__,
         "gpufuncs": gpufuncs.__version__,
+        "git commit": git_commit(),
     }
     try:
         info["threading_layer"] = numba.threading_layer()
@@ -88,6 +91,48 @@ def machine_info(extra: dict[str, Any] | None = None) -> dict[str, Any]:
         info["threading_layer"] = None
     info.update(extra or {})
     return info
+
+
+def git_commit() -> str | None:
+    """The checked-out commit of this repository, ``+dirty`` when tracked files differ from it;
+    ``None`` outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+class Progress:
+    """A one-line progress report on stderr: steps done of ``total``, the step, time so far.
+
+    On a terminal the line is rewritten in place; elsewhere (a log, a test's pipe) a line is
+    printed at every tenth of the run, so logs stay short.
+    """
+
+    def __init__(self, total: int, stream: Any = None) -> None:
+        self.total, self.done = max(total, 1), 0
+        self.stream = stream or sys.stderr
+        self.start = time.perf_counter()
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def step(self, what: str) -> None:
+        """Count one step, described by ``what``."""
+        before = 10 * self.done // self.total
+        self.done += 1
+        line = (f"[{self.done}/{self.total} {100 * self.done // self.total:3d}%] "
+                f"{time.perf_counter() - self.start:5.0f} s  {what}")
+        if self.tty:
+            self.stream.write("\r" + line[:100].ljust(100))
+            if self.done >= self.total:
+                self.stream.write("\n")
+        elif 10 * self.done // self.total > before or self.done == 1:
+            self.stream.write(line + "\n")
+        self.stream.flush()
 
 
 def _cpu_name() -> str:
