@@ -98,6 +98,15 @@ def _tolerances(spec: Any) -> str:
     return "; ".join(parts) or "default: rtol = 5 eps"
 
 
+def _anchors(benchmark: Any) -> str:
+    """What ``python -m benchmarks`` compares the kernel with, from its declaration."""
+    if benchmark is None:
+        return "none declared"
+    found = [f"`{label}`" for label in benchmark.expressions]
+    found += ["CuPy `ElementwiseKernel`"] if benchmark.cupy else []
+    return ", ".join([*found, "Numba's bare ufunc", "a copy of the same bytes"])
+
+
 def kernel_entry(kernel: Any) -> str:
     """The API reference entry of one registered kernel."""
     spec = kernel.spec
@@ -111,6 +120,7 @@ def kernel_entry(kernel: Any) -> str:
             ("reference", reference),
             ("tolerance", _tolerances(spec)),
             ("input domains", domains or "any value"),
+            ("benchmark anchors", _anchors(spec.benchmark)),
             ("source", f"`{module.replace('.', '/')}.py`")]
     table = "\n".join(["| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in rows)])
     doc = rst_roles_to_markdown(inspect.cleandoc(spec.doc or ""))
