@@ -35,7 +35,7 @@ pytestmark = pytest.mark.cuda
 
 HERE = Path(__file__).resolve()
 THREADS, CALLS = 8, 40
-KERNEL_NAMES = ("gaussian", "exp", "clamp", "hermite_norm")
+KERNEL_NAMES = tuple(gf.names())
 
 
 @pytest.fixture(scope="module")
@@ -274,6 +274,50 @@ def test_kernels_of_one_factory_never_share_cached_code(restore_registry):
         np.testing.assert_array_equal(kernel(x, target="cuda"), x * scale)
 
 
+# -- launchers ----------------------------------------------------------------------------------------------
+def launch_without_cupy() -> dict:
+    """Every kernel on Numba device arrays in a process that never imports CuPy, so launches go
+    through ``cuda.bindings`` (with CuPy imported they go through CuPy's ``launchKernel``)."""
+    from numba import cuda
+
+    x = np.linspace(-4, 4, 3001)
+    results = {}
+    for name in KERNEL_NAMES:
+        kernel = gf.registry[name]
+        args = sample_args(name, x)
+        device = kernel(*(cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args))
+        results[name] = to_host(device).tolist()
+    return {"cupy imported": "cupy" in sys.modules, "results": results}
+
+
+def sample_args(name: str, x: np.ndarray) -> tuple:
+    """Arguments for ``name`` built from its declared inputs: ``x`` first, then values that
+    give every kernel a non-trivial result (a count of 7 orders for a core-size input)."""
+    kernel = gf.registry[name]
+    sizes = kernel.spec.layout.output_only_dims if kernel.spec.layout else ()
+    rest = (0.25, 1.5, 2.0)[: kernel.nin - 1]
+    return (x, *rest, *(7 for _ in sizes))
+
+
+def test_both_launchers_give_the_same_results():
+    """The cuda.bindings launch (no CuPy in the process) and CuPy's launch (CuPy imported here)
+    compute the same values, bit for bit, for every kernel."""
+    import cupy  # noqa: F401  (makes this process launch through CuPy)
+    from numba import cuda
+
+    without = _run_script("launch")
+    assert without["cupy imported"] is False
+    x = np.linspace(-4, 4, 3001)
+    for name in KERNEL_NAMES:
+        args = sample_args(name, x)
+        here = to_host(gf.registry[name](*(cuda.to_device(a) if isinstance(a, np.ndarray) else a
+                                            for a in args)))
+        np.testing.assert_array_equal(here, np.array(without["results"][name]), err_msg=name)
+        compare(gf.registry[name], args, here, target="cuda")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "child":
         print(json.dumps(child_after_cuda(sys.argv[2])))
+    elif sys.argv[1] == "launch":
+        print(json.dumps(launch_without_cupy()))

@@ -116,7 +116,9 @@ class ResolvedCall:
     def _one_out(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = kwargs["out"]
         outs = out if type(out) is tuple else (out,)
-        self._out_checks[0](outs[0])
+        check = self._out_checks[0]
+        if check is not None:
+            check(outs[0])
         self._executor(args[: self._nin], outs, kwargs["where"] if self._where else True, None)
         return outs[0]
 
@@ -134,7 +136,8 @@ class ResolvedCall:
         if type(outs) is not tuple:
             outs = (outs,)
         for check, out in zip(self._out_checks, outs):
-            check(out)
+            if check is not None:
+                check(out)
         arrays = tuple(map(np.asarray, outs)) if self._ops.outs_as_arrays else outs
         if self._ops.staged:
             stage(self._executor, self.plan, inputs, arrays, where, stream)
@@ -148,14 +151,17 @@ def _given(call: Call) -> set[str]:
             if name != "out" and getattr(call, name) is not default}
 
 
-def _writable_check(spec: KernelSpec, out: Any) -> Callable[[Any], None]:
-    """A per-call check that ``out=`` may be written (flags can change between calls)."""
+def _writable_check(spec: KernelSpec, out: Any) -> Callable[[Any], None] | None:
+    """A per-call check that ``out=`` may be written (flags can change between calls), or
+    ``None`` for an array type that is never read-only (the type is part of the call key)."""
     arrays = device_arrays_of(out)
     if arrays is None:
         def host(o: Any) -> None:
             if not o.flags.writeable:
                 raise ValueError(f"{spec.name}: out= array is read-only")
         return host
+    if arrays.always_writable(type(out)):
+        return None
 
     def device(o: Any) -> None:
         if not arrays.writable(o):

@@ -240,3 +240,7 @@ class DeviceArrays:
     def writable(self, obj: Any) -> bool:
         """Whether the array may be written (checked on every call that writes into it)."""
         return True
+
+    def always_writable(self, cls: type) -> bool:
+        """Whether every array of ``cls`` may be written (then :meth:`writable` is not asked)."""
+        return False

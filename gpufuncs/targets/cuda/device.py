@@ -68,7 +68,11 @@ def _scalar_getter(arg: Arg, dtype: np.dtype) -> Callable[[Any], Any] | None:
     overflows it); a float64 parameter takes Python and NumPy scalars as they are."""
     if arg.role == HOST:
         return None  # a one-element array
-    return (lambda value: value) if dtype == np.float64 else dtype.type
+    return _same if dtype == np.float64 or arg.cls is dtype.type else dtype.type
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 class _Operand:
@@ -142,10 +146,13 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
 
     allocators, host_outs = [], []
     if plan.outs is None:
+        first_layout = next((op.layout for op in operands if op.kind is not None), None)
         for shape, core in zip(plan.out_shapes, out_cores):
             axes = _output_axes(spec, plan, shape)
-            allocators.append(arrays.allocator(like, shape, plan.result_dtype, axes))
-            operands.append(_Operand(_taken, Layout.contiguous(shape, plan.result_dtype, axes, core)))
+            layout = Layout.contiguous(shape, plan.result_dtype, axes, core)
+            allocators.append(arrays.allocator(like, shape, plan.result_dtype, axes,
+                                               like_layout=layout == first_layout))
+            operands.append(_Operand(_taken, layout))
     else:
         for k, (o, core) in enumerate(zip(plan.outs, out_cores)):
             if o.role == DEVICE:

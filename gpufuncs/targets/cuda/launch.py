@@ -271,7 +271,7 @@ class LaunchPlan:
         self.blocks = -(-self.n // (BLOCK * per_thread))
         runtime = get_runtime()
         self.simulated = runtime.simulated
-        self.function = runtime.function(self.kernel) if self.n else None
+        self._launch = runtime.launcher(self.kernel) if self.n else None
         self.packer = Packer(self.params) if not self.simulated else None
 
     def launch(self, values: Sequence[Any], handle: int) -> None:
@@ -279,6 +279,6 @@ class LaunchPlan:
         if not self.n:
             return
         if self.simulated:
-            get_runtime().launch(self.function, self.blocks, handle, _sim(self.params, values))
+            self._launch(self.blocks, handle, _sim(self.params, values))
         else:
-            get_runtime().launch(self.function, self.blocks, handle, self.packer.pack(values))
+            self._launch(self.blocks, handle, self.packer.pack(values))

@@ -101,15 +101,12 @@ class CudaArrays(DeviceArrays):
 
     def writable(self, obj: Any) -> bool:
         """False for a ``__cuda_array_interface__`` that declares its data read-only."""
-        if _never_read_only(type(obj)):
-            return True
         interface = getattr(obj, "__cuda_array_interface__", None)
         return not (interface and interface.get("data", (0, False))[1])
 
 
-@functools.cache
-def _never_read_only(cls: type) -> bool:
-    # CuPy and torch have no read-only device arrays, and Numba's always declare theirs
-    # writable: reading their interface (a new dict each time) would be the costliest step
-    # of a small ``out=`` call.
-    return library_of(cls) in ("cupy", "torch") or bool(getattr(cls, "__cuda_ndarray__", False))
+    def always_writable(self, cls: type) -> bool:
+        # CuPy and torch have no read-only device arrays, and Numba's always declare theirs
+        # writable: reading their interface (a new dict each time) would be the costliest step
+        # of a small ``out=`` call.
+        return library_of(cls) in ("cupy", "torch") or bool(getattr(cls, "__cuda_ndarray__", False))

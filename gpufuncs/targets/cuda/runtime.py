@@ -3,19 +3,20 @@
 Everything else in this package speaks to the GPU through one :class:`Runtime`: wrap a raw
 stream handle, allocate stream-ordered device memory, copy, order streams, launch. On a real GPU
 these are thin calls into ``cuda.core`` and ``cuda.bindings``; a launch is one
-``cuLaunchKernel`` with a parameter buffer packed in advance (see ``launch.py``), the cheapest
-launch measured from Python (H100, 10^3 elements: 4.8 us per launch, against 6.3 us through
-``cuda.core.launch``). Under ``NUMBA_ENABLE_CUDASIM=1`` the same calls work on host memory, so the
-simulator runs the very kernels and launch logic of the real path (only the last step, handing
-arguments to the kernel, differs).
+``cuLaunchKernel`` with a parameter buffer packed in advance (see ``launch.py``), through the
+cheapest binding available (:meth:`Runtime.launcher`). Under ``NUMBA_ENABLE_CUDASIM=1`` the same
+calls work on host memory, so the simulator runs the very kernels and launch logic of the real
+path (only the last step, handing arguments to the kernel, differs).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -173,15 +174,34 @@ class Runtime:
             self._functions[kernel] = found
         return found
 
-    def launch(self, function: Any, blocks: int, handle: int, params: Any) -> None:
-        """Launch ``function`` on ``blocks`` blocks of :data:`BLOCK` threads on stream ``handle``;
-        ``params`` is the address of its packed parameter pointers (see ``launch.Packer``)."""
-        stream = self._handles.get(handle)
-        if stream is None:
-            stream = self._handles[handle] = self._driver.CUstream(handle)
-        (err,) = self._launch_kernel(function, blocks, 1, 1, BLOCK, 1, 1, 0, stream, params, 0)
-        if err:
-            self._check(err, "launching a kernel")
+    def launcher(self, kernel: Any) -> Callable[[int, int, int], None]:
+        """``launch(blocks, handle, params)``: ``kernel`` on ``blocks`` blocks of :data:`BLOCK`
+        threads on the stream ``handle``, ``params`` the address of its packed parameter
+        pointers (see ``launch.Packer``).
+
+        Through CuPy's Cython ``launchKernel`` where CuPy is already imported (its arguments are
+        C integers, converted for less than ``cuda.bindings``' wrapped handles: the cheapest
+        launch measured from Python), else ``cuda.bindings``' ``cuLaunchKernel``. Both call the
+        driver in the thread's current context, the primary one (see :meth:`bind_thread`)."""
+        function = self.function(kernel)
+        if "cupy" in sys.modules:
+            from cupy.cuda import driver
+
+            address, launch_kernel = int(function), driver.launchKernel
+
+            def launch_cupy(blocks: int, handle: int, params: int) -> None:
+                launch_kernel(address, blocks, 1, 1, BLOCK, 1, 1, 0, handle, params, 0)
+            return launch_cupy
+        streams, new_stream, launch_kernel = self._handles, self._driver.CUstream, self._launch_kernel
+
+        def launch_bindings(blocks: int, handle: int, params: int) -> None:
+            stream = streams.get(handle)
+            if stream is None:
+                stream = streams[handle] = new_stream(handle)
+            (err,) = launch_kernel(function, blocks, 1, 1, BLOCK, 1, 1, 0, stream, params, 0)
+            if err:
+                self._check(err, "launching a kernel")
+        return launch_bindings
 
     @staticmethod
     def pinned(nbytes: int) -> np.ndarray:
@@ -214,12 +234,12 @@ class SimRuntime(Runtime):
     def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         ctypes.memmove(dst, src, nbytes)
 
-    def function(self, kernel: Any) -> Any:
-        return kernel
-
-    def launch(self, function: Any, blocks: int, handle: int, params: Any) -> None:
-        # ``function`` is the cuda.jit dispatcher and ``params`` the logical arguments here.
-        function[blocks, BLOCK](*params)
+    def launcher(self, kernel: Any) -> Callable[[int, int, Any], None]:
+        """``launch(blocks, handle, args)``: ``kernel`` is the ``cuda.jit`` dispatcher here, and
+        ``args`` its logical arguments."""
+        def launch(blocks: int, handle: int, args: Any) -> None:
+            kernel[blocks, BLOCK](*args)
+        return launch
 
     @staticmethod
     def pinned(nbytes: int) -> np.ndarray:
