@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import gpufuncs as gf
+from gpufuncs.kernels import builtin_names
 
 HOST_TARGETS = ["cpu", "parallel"]
 
@@ -26,17 +27,22 @@ def proto_max(a, b):
 
 
 # -- 1. attributes ------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("kernel", "nin", "nout", "types", "signature"),
-    [
-        # float16 is a loop of its own, computed in float32 (as NumPy's float16 loops are).
-        (gf.gaussian, 3, 1, ["eee->e", "fff->f", "ddd->d"], None),
-        (gf.exp, 1, 1, ["e->e", "f->f", "d->d"], None),
-        (gf.clamp, 3, 1, ["eee->e", "fff->f", "ddd->d"], None),
-        (gf.hermite_norm, 1, 1, ["e->e", "f->f", "d->d"], "()->(n)"),
-    ],
-)
-def test_ufunc_attributes(kernel, nin, nout, types, signature):
+def declared_attributes(kernel):
+    """(nin, nout, types, signature) as NumPy would give them for the kernel's declaration:
+    inputs of the layout (or the function's arguments), one output per layout output, and a
+    float16 loop of its own before the declared ones, computed in float32 (as NumPy's are)."""
+    spec = kernel.spec
+    layout = spec.layout
+    nin = len(layout.inputs) if layout else len(spec.arg_names)
+    nout = len(layout.outputs) if layout else 1
+    types = [c * nin + "->" + c * nout for c in ["e", *(loop.dtype.char for loop in spec.loops)]]
+    return nin, nout, types, layout.text if layout else None
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_ufunc_attributes(name):
+    kernel = gf.registry[name]
+    nin, nout, types, signature = declared_attributes(kernel)
     assert (kernel.nin, kernel.nout, kernel.nargs) == (nin, nout, nin + nout)
     assert kernel.types == types and kernel.ntypes == len(types)
     assert kernel.signature == signature
@@ -184,8 +190,10 @@ def test_accumulate_and_at_match_numpy():
 
 
 @pytest.mark.parametrize("method", ["reduce", "accumulate", "outer", "at"])
-@pytest.mark.parametrize("kernel", [gf.gaussian, gf.exp, gf.hermite_norm])
-def test_methods_the_kernel_cannot_have(kernel, method):
+@pytest.mark.parametrize("name", [n for n in builtin_names()  # all but binary elementwise kernels
+                                  if declared_attributes(gf.registry[n])[:2] != (2, 1)])
+def test_methods_the_kernel_cannot_have(name, method):
+    kernel = gf.registry[name]
     args = {"reduce": (np.ones(3),), "accumulate": (np.ones(3),), "outer": (np.ones(2), np.ones(2)),
             "at": (np.ones(3), [0], 1.0)}[method]
     with pytest.raises(TypeError, match=f"{kernel.__name__}.{method} is not available"):
