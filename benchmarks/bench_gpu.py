@@ -269,7 +269,7 @@ def small_calls(timer: Timer, ek: Any) -> list[dict[str, Any]]:
             kwargs = {"out": outs[kind]} if how == "out=" else {}
 
             def ours(arg=arg, kwargs=kwargs):
-                return case.kernel(arg, *extra, **kwargs)
+                return case.kernel(arg, *case.bench.scalars, **kwargs)  # Python floats, as users pass
 
             sync, pipe = timer.each(ours), timer.batch(ours)
             c_sync, c_pipe = reference[how]
