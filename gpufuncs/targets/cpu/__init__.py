@@ -114,6 +114,17 @@ def _cache_key(spec: KernelSpec, dtype: np.dtype) -> str | None:
     return f"{spec.source_key}:{depends}:{dtype}:{_library_digest()}"
 
 
+def _scalar_argtypes(spec: KernelSpec, dtype: np.dtype) -> tuple[Any, ...]:
+    """The types the flat loops call the scalar function with, computing in ``dtype``: a
+    scalar per elementwise input; for a gufunc, the row of each array with core dimensions and
+    of each output (a ``()`` output is a row of one), C-contiguous (see :mod:`.loops`)."""
+    t = from_dtype(dtype)
+    if spec.layout is None:
+        return (t,) * spec.nin
+    inputs = tuple(nbtypes.Array(t, len(dims), "C") if dims else t for dims in spec.layout.inputs)
+    return inputs + tuple(nbtypes.Array(t, max(1, len(dims)), "C") for dims in spec.layout.outputs)
+
+
 class CpuKernel:
     """What the ``cpu`` or ``parallel`` target compiles for one kernel, each part on first use:
     the flat loops per loop dtype (cached on disk), and the Numba ufunc object."""
@@ -150,13 +161,13 @@ class CpuKernel:
                 found = self._loops.get(dtype)
                 if found is None:
                     key = _cache_key(self.spec, dtype)
+                    scalar = self.scalar()
+                    _compile(self.spec, self.target, lambda: loops.inline_into_loops(
+                        scalar, _scalar_argtypes(self.spec, dtype)))
                     if self.spec.layout is None:
-                        scalar = self.scalar()
-                        _compile(self.spec, self.target, lambda: loops.inline_into_loops(
-                            scalar, (from_dtype(dtype),) * self.spec.nin))
                         found = loops.ufunc_loops(scalar, dtype.type, key)
                     else:
-                        found = loops.gufunc_loops(self.scalar(), dtype.type, key)
+                        found = loops.gufunc_loops(scalar, dtype.type, key)
                     self._loops[dtype] = found
         return found
 
