@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from numba.core import types
 from numba.extending import overload
 
@@ -45,3 +46,37 @@ def _as_type_typing(value, like):  # unannotated: Numba compares the parameters
 
 
 overload(as_type)(_as_type_typing)
+
+
+def by_precision(like: Any, for_float32: Any, for_float64: Any) -> Any:
+    """Return ``for_float32`` where ``like`` is float32, ``for_float64`` otherwise.
+
+    For what :func:`as_type` cannot do without a cost in the loop: a table of constants (a
+    module-level NumPy array, which Numba compiles into the code) kept in both precisions, so
+    that a float32 loop reads float32 values instead of converting float64 ones at every use.
+    Decided when the loop is compiled: the other value costs nothing.
+
+    Parameters
+    ----------
+    like : scalar
+        A value of the loop's precision: usually one of the kernel's arguments.
+    for_float32, for_float64
+        The two values, of any types (typically NumPy arrays of float32 and float64).
+
+    Returns
+    -------
+    object
+        One of the two.
+    """
+    return for_float32 if isinstance(like, np.float32) else for_float64
+
+
+def _by_precision_typing(like, for_float32, for_float64):  # unannotated: as for as_type
+    if isinstance(like, types.Number):
+        if like == types.float32:
+            return lambda like, for_float32, for_float64: for_float32
+        return lambda like, for_float32, for_float64: for_float64
+    return None
+
+
+overload(by_precision)(_by_precision_typing)
