@@ -95,7 +95,11 @@ def machine_info(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def git_commit() -> str | None:
     """The checked-out commit of this repository, ``+dirty`` when tracked files differ from it;
-    ``None`` outside a git checkout."""
+    ``None`` outside a git checkout. ``GPUFUNCS_GIT_COMMIT`` overrides it, for a copy of the
+    working tree whose ``.git`` is not the one it came from (a remote benchmark machine)."""
+    given = os.environ.get("GPUFUNCS_GIT_COMMIT")
+    if given:
+        return given
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
