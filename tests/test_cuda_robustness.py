@@ -29,13 +29,14 @@ import numpy as np
 import pytest
 
 import gpufuncs as gf
+from gpufuncs.kernels import builtin_names
 from gpufuncs.testing import compare
 
 pytestmark = pytest.mark.cuda
 
 HERE = Path(__file__).resolve()
 THREADS, CALLS = 8, 40
-KERNEL_NAMES = tuple(gf.names())
+KERNEL_NAMES = ("gaussian", "exp", "clamp", "hermite_norm")  # thread_args has their arguments
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +283,7 @@ def launch_without_cupy() -> dict:
 
     x = np.linspace(-4, 4, 3001)
     results = {}
-    for name in KERNEL_NAMES:
+    for name in builtin_names():
         kernel = gf.registry[name]
         args = sample_args(name, x)
         device = kernel(*(cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args))
@@ -308,7 +309,7 @@ def test_both_launchers_give_the_same_results():
     without = _run_script("launch")
     assert without["cupy imported"] is False
     x = np.linspace(-4, 4, 3001)
-    for name in KERNEL_NAMES:
+    for name in builtin_names():
         args = sample_args(name, x)
         here = to_host(gf.registry[name](*(cuda.to_device(a) if isinstance(a, np.ndarray) else a
                                             for a in args)))
