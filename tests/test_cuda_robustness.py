@@ -170,6 +170,48 @@ def test_a_spawned_child_uses_cuda():
     assert summary == {"outcome": "reported", "cuda": ["ok", ""], "host": [True, True]}
 
 
+# -- launchers ----------------------------------------------------------------------------------------------
+def launch_without_cupy() -> dict:
+    """Every kernel on Numba device arrays in a process that never imports CuPy, so launches go
+    through ``cuda.bindings`` (with CuPy imported they go through CuPy's ``launchKernel``)."""
+    from numba import cuda
+
+    x = np.linspace(-4, 4, 3001)
+    results = {}
+    for name in builtin_names():
+        kernel = gf.registry[name]
+        args = sample_args(name, x)
+        device = kernel(*(cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args))
+        results[name] = to_host(device).tolist()
+    return {"cupy imported": "cupy" in sys.modules, "results": results}
+
+
+def sample_args(name: str, x: np.ndarray) -> tuple:
+    """Arguments for ``name`` built from its declared inputs: ``x`` first, then values that
+    give every kernel a non-trivial result (a count of 7 orders for a core-size input)."""
+    kernel = gf.registry[name]
+    sizes = kernel.spec.layout.output_only_dims if kernel.spec.layout else ()
+    rest = (0.25, 1.5, 2.0)[: kernel.nin - 1]
+    return (x, *rest, *(7 for _ in sizes))
+
+
+def test_both_launchers_give_the_same_results():
+    """The cuda.bindings launch (no CuPy in the process) and CuPy's launch (CuPy imported here)
+    compute the same values, bit for bit, for every kernel."""
+    import cupy  # noqa: F401  (makes this process launch through CuPy)
+    from numba import cuda
+
+    without = _run_script("launch")
+    assert without["cupy imported"] is False
+    x = np.linspace(-4, 4, 3001)
+    for name in builtin_names():
+        args = sample_args(name, x)
+        here = to_host(gf.registry[name](*(cuda.to_device(a) if isinstance(a, np.ndarray) else a
+                                            for a in args)))
+        np.testing.assert_array_equal(here, np.array(without["results"][name]), err_msg=name)
+        compare(gf.registry[name], args, here, target="cuda")
+
+
 # -- memory ----------------------------------------------------------------------------------------------
 def _oom_calls(cuda) -> list:
     """Calls whose result cannot fit in GPU memory (1.5x the device's), from small inputs."""
@@ -273,48 +315,6 @@ def test_kernels_of_one_factory_never_share_cached_code(restore_registry):
     for scale in (2.0, 3.0, 2.0, 5.0):
         kernel = scaled_by(scale, f"cuda_factory_{scale:g}")
         np.testing.assert_array_equal(kernel(x, target="cuda"), x * scale)
-
-
-# -- launchers ----------------------------------------------------------------------------------------------
-def launch_without_cupy() -> dict:
-    """Every kernel on Numba device arrays in a process that never imports CuPy, so launches go
-    through ``cuda.bindings`` (with CuPy imported they go through CuPy's ``launchKernel``)."""
-    from numba import cuda
-
-    x = np.linspace(-4, 4, 3001)
-    results = {}
-    for name in builtin_names():
-        kernel = gf.registry[name]
-        args = sample_args(name, x)
-        device = kernel(*(cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args))
-        results[name] = to_host(device).tolist()
-    return {"cupy imported": "cupy" in sys.modules, "results": results}
-
-
-def sample_args(name: str, x: np.ndarray) -> tuple:
-    """Arguments for ``name`` built from its declared inputs: ``x`` first, then values that
-    give every kernel a non-trivial result (a count of 7 orders for a core-size input)."""
-    kernel = gf.registry[name]
-    sizes = kernel.spec.layout.output_only_dims if kernel.spec.layout else ()
-    rest = (0.25, 1.5, 2.0)[: kernel.nin - 1]
-    return (x, *rest, *(7 for _ in sizes))
-
-
-def test_both_launchers_give_the_same_results():
-    """The cuda.bindings launch (no CuPy in the process) and CuPy's launch (CuPy imported here)
-    compute the same values, bit for bit, for every kernel."""
-    import cupy  # noqa: F401  (makes this process launch through CuPy)
-    from numba import cuda
-
-    without = _run_script("launch")
-    assert without["cupy imported"] is False
-    x = np.linspace(-4, 4, 3001)
-    for name in builtin_names():
-        args = sample_args(name, x)
-        here = to_host(gf.registry[name](*(cuda.to_device(a) if isinstance(a, np.ndarray) else a
-                                            for a in args)))
-        np.testing.assert_array_equal(here, np.array(without["results"][name]), err_msg=name)
-        compare(gf.registry[name], args, here, target="cuda")
 
 
 if __name__ == "__main__":
