@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -78,7 +79,8 @@ def _plan(opts: argparse.Namespace, selected: list[Case],
     tables: dict[str, list[bench_cpu.Step]] = {}
     if "cpu" in opts.suites:
         sizes = opts.sizes or (bench_cpu.QUICK_SIZES if opts.quick else bench_cpu.SIZES)
-        tables["cpu"] = bench_cpu.main_steps(selected, sizes, dtypes, opts.quick)
+        tables["cpu"] = bench_cpu.main_steps(selected, sizes, dtypes, opts.quick,
+                                             limit=None if opts.sizes is None else math.inf)
         if not opts.quick:
             tables["cpu_crossover"] = bench_cpu.crossover_steps(selected)
     if "overhead" in opts.suites:

@@ -157,9 +157,12 @@ def crossover_rows(case: Case) -> list[dict[str, Any]]:
 
 
 def main_steps(selected: list[Case], sizes: tuple[int, ...] = SIZES,
-               dtypes: tuple[type, ...] = DTYPES, quick: bool = False) -> list[Step]:
-    """The main table's rows as steps; sizes past the output limit are left out."""
-    limit = QUICK_MAX_OUTPUTS if quick else MAX_OUTPUTS
+               dtypes: tuple[type, ...] = DTYPES, quick: bool = False,
+               limit: float | None = None) -> list[Step]:
+    """The main table's rows as steps; sizes past the output ``limit`` are left out (default:
+    the suite's own, smaller with ``quick``; sizes a user names get no limit)."""
+    if limit is None:
+        limit = QUICK_MAX_OUTPUTS if quick else MAX_OUTPUTS
     return [(f"cpu {case.name} {np.dtype(dtype).name} n={n:.0e}",
              lambda case=case, dtype=dtype, n=n: [main_row(case, dtype, n, quick)])
             for case in selected for dtype in dtypes for n in sizes
