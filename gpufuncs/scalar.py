@@ -34,7 +34,7 @@ def as_type(value: float, like: Any) -> Any:
 
 
 def _as_type_typing(value, like):  # unannotated: Numba compares the parameters
-    # Shared by the CPU overload here and the CUDA one in ``targets/cuda``.
+    # Numba's generic overload: numba-cuda compiles it for the GPU as well.
     if isinstance(like, types.Number):
         cast = like
 
