@@ -101,6 +101,8 @@ def _section(kind: str) -> Callable[[Callable[..., str]], Callable[[str, str], s
 def _machine(meta: dict[str, Any]) -> str:
     parts = [f"{meta.get('processor')}, {meta.get('cores')} cores", f"numpy {meta.get('numpy')}",
              f"numba {meta.get('numba')}", f"measured {meta.get('date', '')[:10]}"]
+    commit = meta.get("git commit")
+    parts.append(f"commit `{commit}`" if commit else "commit not recorded (an older run)")
     if meta.get("gpu"):
         parts.insert(1, f"{meta['gpu']}, CuPy {meta.get('cupy')}")
     return "; ".join(parts)
