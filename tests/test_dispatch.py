@@ -666,3 +666,22 @@ def test_strided_out_of_another_dtype_and_a_masked_0d_out(target, dtype):
     gf.exp(np.array(1.0), out=kept, where=np.array(False), target=target)
     gf.exp(np.array(1.0), out=written, where=np.array(True), target=target)
     assert kept == 5.0 and written == np.asarray(gf.exp(1.0, target=target)).astype(dtype)
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_out_and_where_in_either_order_are_one_call_signature(target):
+    """``out=`` and ``where=`` given in either order write NumPy's masked result; alone (no other
+    keyword) they resolve to one cached call whatever their order."""
+    x = np.linspace(-3, 3, 101)
+    mask = np.arange(101) % 3 != 0
+    kernel = gf.Kernel(gf.exp.spec)  # its own cache of resolved calls
+    first, second = np.full(101, -1.0), np.full(101, -1.0)
+    kernel(x, out=first, where=mask, target=target)
+    kernel(x, where=mask, out=second, target=target)
+    expected = np.full(101, -1.0)
+    np.exp(x, out=expected, where=mask)
+    np.testing.assert_allclose(first, expected, rtol=1e-15)
+    np.testing.assert_array_equal(second, first)
+    kernel(x, out=first, where=mask)
+    kernel(x, where=mask, out=second)
+    assert len(kernel._resolved) == 3  # two with target=, keyed in order, and one without

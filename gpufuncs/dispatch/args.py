@@ -102,20 +102,22 @@ def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
     and runtime values such as ``stream`` (by type only: any stream resolves the same way).
     """
-    key = tuple(map(arg_key, args))
     if not kwargs:
-        return key
-    if len(kwargs) == 1:  # the two common single keywords, keyed as the loop below keys them
+        return tuple(map(arg_key, args))
+    # The common keywords first, each built in one go (this runs on every call with keywords).
+    if len(kwargs) == 1:
         if "target" in kwargs:
-            return (*key, "target", kwargs["target"])
+            return (*map(arg_key, args), "target", kwargs["target"])
         out = kwargs.get("out")
         if out is not None and type(out) is not tuple:
-            return (*key, "out", arg_key(out))
-    elif len(kwargs) == 2:  # out= and where= arrays, in this order, also as the loop keys them
-        out, where = kwargs.get("out"), kwargs.get("where")
-        if (out is not None and type(out) is not tuple and where is not None and type(where) is not bool
-                and next(iter(kwargs)) == "out"):
-            return (*key, "out", arg_key(out), "where", arg_key(where))
+            return (*map(arg_key, args), "out", arg_key(out))
+    elif len(kwargs) == 2 and "out" in kwargs and "where" in kwargs:
+        # out= and where= arrays, keyed in this order whichever order they came in: every call
+        # of that shape takes this path, so its key is consistent (the loop keys by given order).
+        out, where = kwargs["out"], kwargs["where"]
+        if type(out) is not tuple and out is not None and type(where) is not bool and where is not None:
+            return (*map(arg_key, args), "out", arg_key(out), "where", arg_key(where))
+    key = tuple(map(arg_key, args))
     extra: list[Any] = []
     for name, value in kwargs.items():
         if name == "out":
