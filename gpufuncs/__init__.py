@@ -19,12 +19,15 @@ from .targets.cpu.cache import DiskCacheWarning
 
 __version__ = "0.1.0"
 
-from .kernels import clamp as _clamp_module  # noqa: F401  (registers the built-ins)
+from .kernels import builtin_names as _builtin_names  # importing it registers the built-ins
 
+# Named for static tools and IDEs; every other built-in kernel becomes an attribute below, so a
+# new kernel module needs no edit here.
 gaussian = registry["gaussian"]
 exp = registry["exp"]
 clamp = registry["clamp"]
 hermite_norm = registry["hermite_norm"]
+globals().update({name: registry[name] for name in _builtin_names() if name not in globals()})
 
 
 def __getattr__(name: str) -> Any:
@@ -68,3 +71,4 @@ __all__ = [
     "set_auto_parallel_min_size",
     "ufunc",
 ]
+__all__ += sorted(set(_builtin_names()) - set(__all__))

@@ -7,9 +7,12 @@ float64 copies (the compiled loop is the same, so layout must not change a singl
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -526,6 +529,46 @@ def test_importing_compiles_nothing_and_leaves_cuda_alone():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith(f"ok {len(builtin_names())}\n"), proc.stdout
+
+
+FIFTH_KERNEL = '''"""``cube(x)``: a fifth built-in, added as one file (a test's copy of the package)."""
+
+import numpy as np
+
+from ..registry import float_signatures, ufunc
+from ..spec import Benchmark
+
+
+@ufunc(signatures=float_signatures(1), reference=lambda x: np.asarray(x, dtype=np.float64) ** 3,
+       benchmark=Benchmark({"numpy": lambda x: x * x * x}))
+def cube(x):
+    """``x**3``."""
+    return x * x * x
+'''
+
+
+def test_a_new_kernel_module_needs_no_other_edit(tmp_path):
+    """A module added to ``gpufuncs/kernels`` (in a copy of the package) is registered, is an
+    attribute of ``gpufuncs`` and in its ``__all__``, and is one of the built-ins that the tests,
+    the benchmarks and the docs' kernel list iterate; it computes on the host targets."""
+    shutil.copytree(Path(gf.__file__).parent, tmp_path / "gpufuncs",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "gpufuncs" / "kernels" / "cube.py").write_text(FIFTH_KERNEL)
+    code = (
+        "import numpy as np, gpufuncs as gf\n"
+        "from gpufuncs.kernels import builtin_names\n"
+        f"assert gf.__file__.startswith({str(tmp_path)!r}), gf.__file__\n"
+        "assert gf.cube is gf.registry['cube'] and 'cube' in gf.__all__ and 'cube' in dir(gf)\n"
+        "x = np.linspace(-2, 2, 7)\n"
+        "for t in ('cpu', 'parallel'):\n"
+        "    np.testing.assert_array_equal(gf.cube(x, target=t), x * x * x)\n"
+        "print(' '.join(builtin_names()))\n"
+    )
+    # Run from the copy: ``-c`` puts the working directory first on sys.path.
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == sorted([*builtin_names(), "cube"])
 
 
 # -- array subclasses (issue 10) ----------------------------------------------------------------------
