@@ -128,12 +128,11 @@ def kernel_entry(kernel: Any) -> str:
 
 
 def builtin_kernels() -> str:
-    """Entries for every kernel registered by ``gpufuncs.kernels``, in registry order."""
+    """Entries for every kernel registered by ``gpufuncs.kernels``, sorted by name."""
     import gpufuncs as gf
+    from gpufuncs.kernels import builtin_names
 
-    kernels = [gf.registry[name] for name in gf.names()
-               if gf.registry[name].spec.pyfunc.__module__.startswith("gpufuncs.kernels.")]
-    return "\n".join(kernel_entry(k) for k in kernels)
+    return "\n".join(kernel_entry(gf.registry[name]) for name in builtin_names())
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
