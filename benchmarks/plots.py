@@ -102,7 +102,8 @@ def _bars(ax: Any, groups: list[str], bars: dict[str, list[float | None]], ylabe
         ax.bar(xs, [v if v is not None else 0.0 for v in values], width, label=label)
     ax.set_xticks(range(len(groups)), groups, rotation=15)
     ax.set_ylabel(ylabel)
-    ax.legend(frameon=False, fontsize="small")
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.3)  # room above the bars for the legend
+    ax.legend(frameon=False, fontsize="small", ncol=2, loc="upper center")
     ax.grid(True, axis="y", alpha=0.3)
 
 
