@@ -22,5 +22,5 @@ def builtin_names() -> list[str]:
     list of str
         As :func:`gpufuncs.names`, restricted to the built-in kernels.
     """
-    return [name for name in registry
-            if registry[name].spec.pyfunc.__module__.startswith(f"{__name__}.")]
+    return sorted(name for name in registry
+                  if registry[name].spec.pyfunc.__module__.startswith(f"{__name__}."))
