@@ -4,16 +4,19 @@ Suites (``--suite``, default ``all``):
 
 - ``cpu``: every kernel on ``cpu``, ``parallel`` and ``auto`` against its NumPy/SciPy
   expression, Numba's bare ufunc and a copy of the same bytes (:mod:`bench_cpu`), and the
-  cpu/parallel crossover sweep (not with ``--quick``);
+  cpu/parallel crossover sweep (not with ``--quick``); ``--large`` adds gaussian float64 at
+  n = 10^8 (for machines with many cores);
 - ``overhead``: the call at n = 10 against the bare Numba ufunc and the NumPy expression;
 - ``gpu``: the cuda target against a device copy, CuPy's ``ElementwiseKernel`` and Numba's CUDA
-  ufuncs (:mod:`bench_gpu`); skipped, saying why, without CuPy or a GPU.
+  ufuncs (:mod:`bench_gpu`); skipped, saying why, without CuPy or a GPU. ``--targets-only``
+  runs just the rows the issues' targets name.
 
 Kernels come from the registry, each with its ``benchmark=gf.Benchmark(...)`` declaration
 (``--kernels`` picks some; a kernel without a declaration stops the run, naming it). A full run
-saves the tables under ``benchmarks/results/`` as ``bench_cpu.py`` and ``bench_gpu.py`` do (the
-files ``benchmarks/figures.py`` turns into the performance page); ``--quick`` (n up to 10^6,
-fewer repetitions, about a minute on 2 cores) saves nothing there. ``--json PATH`` writes the
+saves the tables under ``benchmarks/results/`` (``--name`` names the CPU files: ``cpu``,
+``cpu-16core``; the GPU files are named after the GPU), which ``benchmarks/figures.py`` turns
+into the performance page; ``--quick`` (n up to 10^6, fewer repetitions, about a minute on 2
+cores) and ``--targets-only`` save nothing there. ``--json PATH`` writes the
 run's meta (machine, GPU, versions, date, git commit), its tables and one row per measurement
 (:mod:`rows`); ``--plot DIR`` draws its PNGs (:mod:`plots`; needs the ``plot`` extra).
 """
@@ -24,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,6 +54,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtypes", type=_dtypes, help="comma-separated: float32,float64 (default)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the run's meta, tables and rows")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write the run's PNG plots there")
+    parser.add_argument("--large", action="store_true", help="cpu suite: add gaussian float64 at n=10^8")
+    parser.add_argument("--targets-only", action="store_true",
+                        help="gpu suite: only the rows the targets name; nothing saved in results/")
     parser.add_argument("--name", default="cpu", help="CPU results file name when saving (default: cpu)")
     opts = parser.parse_args(argv)
     opts.suites = list(SUITES) if not opts.suite or "all" in opts.suite else list(dict.fromkeys(opts.suite))
@@ -81,6 +88,8 @@ def _plan(opts: argparse.Namespace, selected: list[Case],
         sizes = opts.sizes or (bench_cpu.QUICK_SIZES if opts.quick else bench_cpu.SIZES)
         tables["cpu"] = bench_cpu.main_steps(selected, sizes, dtypes, opts.quick,
                                              limit=None if opts.sizes is None else math.inf)
+        if opts.large:
+            tables["cpu"] += bench_cpu.large_steps(selected)
         if not opts.quick:
             tables["cpu_crossover"] = bench_cpu.crossover_steps(selected)
     if "overhead" in opts.suites:
@@ -92,7 +101,7 @@ def _plan(opts: argparse.Namespace, selected: list[Case],
         else:
             timer = bench_gpu.Timer(opts.quick)
             tables["gpu_small"] = bench_gpu.small_steps(timer)
-            tables["gpu"] = bench_gpu.gpu_steps(selected, timer, opts.quick, False,
+            tables["gpu"] = bench_gpu.gpu_steps(selected, timer, opts.quick, opts.targets_only,
                                                 opts.sizes or bench_gpu.SIZES, dtypes)
     return tables
 
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for line in _summary(result):
         print(line)
-    if not opts.quick:
+    if not (opts.quick or opts.targets_only):
         for path in save(result, opts):
             print(f"saved {path}")
     if opts.json:
@@ -176,8 +185,10 @@ def _summary(result: dict[str, Any]) -> list[str]:
         counts[r["suite"]] = counts.get(r["suite"], 0) + 1
     lines = [f"{suite}: {count} rows" for suite, count in counts.items()]
     lines += [f"{suite}: skipped ({reason})" for suite, reason in result["skipped"].items()]
-    lines += [f"{k}: {v}" for k, v in result["meta"].items()
-              if isinstance(v, str) and ("met" in v.split() or "NOT MET" in v)]
+    for key, value in result["meta"].items():  # the targets' verdicts (the GPU's are a list)
+        for verdict in value if isinstance(value, list) else [value]:
+            if isinstance(verdict, str) and re.search(r"\b(met|NOT MET)\b", verdict):
+                lines.append(verdict if isinstance(value, list) else f"{key}: {verdict}")
     return lines
 
 

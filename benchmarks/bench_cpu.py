@@ -1,8 +1,8 @@
 """CPU benchmark: every registered kernel on ``cpu``, ``parallel`` and ``auto`` against NumPy/SciPy.
 
-Run ``python benchmarks/bench_cpu.py`` (several minutes on 2 cores), ``--quick`` (n up to 10^6,
-fewer repetitions, no crossover sweep, nothing saved) or ``--large`` (adds n = 10^8 for
-``gaussian`` float64: 1.6 GB per call, for machines with many cores). Needs SciPy
+The ``cpu`` and ``overhead`` suites of ``python -m benchmarks`` (which runs them: ``--quick``
+for n up to 10^6, fewer repetitions, no crossover sweep, nothing saved; ``--large`` adds n = 10^8
+for ``gaussian`` float64, 1.6 GB per call, for machines with many cores). Needs SciPy
 (``pip install ".[bench]"``).
 
 Three tables, saved with :func:`harness.save_results` under ``benchmarks/results/``:
@@ -24,12 +24,10 @@ and writes (``copy``: the memory limit), and gives ``GB/s`` of ``auto``.
 As in NumPy's ``bench_ufunc.py``, the tables are generated from the registry: each kernel's
 arguments and NumPy/SciPy expressions come from its ``benchmark=gf.Benchmark(...)`` declaration
 (:mod:`cases`), and a registered kernel without one stops the run naming it.
-``python -m benchmarks`` runs these tables as its ``cpu`` and ``overhead`` suites.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -44,12 +42,8 @@ import numpy as np
 import gpufuncs as gf
 from gpufuncs.targets.cpu import auto
 
-try:  # run as a script (python benchmarks/bench_cpu.py) or as a module (-m benchmarks.bench_cpu)
-    from cases import Case, cases
-    from harness import Progress, format_table, machine_info, measure, save_results
-except ImportError:
-    from .cases import Case, cases
-    from .harness import Progress, format_table, machine_info, measure, save_results
+from .cases import Case
+from .harness import Progress, machine_info, measure
 
 TARGETS = ("cpu", "parallel", "auto")
 DTYPES = (np.float32, np.float64)
@@ -169,6 +163,14 @@ def main_steps(selected: list[Case], sizes: tuple[int, ...] = SIZES,
             if n * case.outputs_per_sample <= limit]
 
 
+def large_steps(selected: list[Case]) -> list[Step]:
+    """The :data:`LARGE` row (``parallel`` against ``cpu`` on many cores), if its kernel is selected."""
+    name, dtype, n = LARGE
+    return [(f"cpu {case.name} {np.dtype(dtype).name} n={n:.0e}",
+             lambda case=case: [main_row(case, dtype, n, quick=True)])
+            for case in selected if case.name == name]
+
+
 def overhead_steps(selected: list[Case], dtypes: tuple[type, ...] = DTYPES,
                    quick: bool = False) -> list[Step]:
     """The call-overhead table's rows as steps."""
@@ -260,14 +262,6 @@ def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]],
     return found
 
 
-def report(title: str, name: str, rows: list[dict[str, Any]], meta: dict[str, Any], save: bool) -> None:
-    """Print one table and, unless ``save`` is false, store it as ``results/<name>.{txt,json}``."""
-    columns = list(dict.fromkeys(c for r in rows for c in r))
-    print(f"\n{title}\n{format_table(rows, columns)}")
-    if save:
-        save_results(name, rows, columns, meta)
-
-
 def cpu_meta(main_rows: list[dict[str, Any]], overhead: list[dict[str, Any]],
              cross: list[dict[str, Any]], load_before: float, quick: bool) -> dict[str, Any]:
     """The result files' meta: machine, versions, load, the targets' verdicts, crossovers."""
@@ -284,39 +278,3 @@ def cpu_meta(main_rows: list[dict[str, Any]], overhead: list[dict[str, Any]],
             f"{key[0]} {key[2]}": value for key, value in auto._crossovers.items()}
     return meta
 
-
-def main(argv: list[str] | None = None) -> None:
-    """Run the three tables and the import time, print them and the targets' verdicts, save
-    the results."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="n <= 10^6, fewer repeats, no crossover; "
-                        "results are printed, not saved")
-    parser.add_argument("--large", action="store_true", help="add gaussian float64 at n=10^8")
-    parser.add_argument("--name", default="cpu", help="results file name (default: cpu), e.g. to keep "
-                        "a run with another NUMBA_THREADING_LAYER apart")
-    opts = parser.parse_args(argv)
-    selected = cases()
-    load_before = os.getloadavg()[0]  # other work on the machine skews every figure
-    steps = main_steps(selected, QUICK_SIZES if opts.quick else SIZES, DTYPES, opts.quick)
-    if opts.large:
-        name, dtype, n = LARGE
-        steps.append((f"cpu {name} large", lambda: [main_row(cases([name])[0], dtype, n, quick=True)]))
-    n_main = len(steps)
-    steps += overhead_steps(selected, DTYPES)
-    n_overhead = len(steps) - n_main
-    if not opts.quick:
-        steps += crossover_steps(selected)
-    rows = run(steps, Progress(len(steps)))
-    main_rows, overhead = rows[:n_main], rows[n_main:n_main + n_overhead]
-    cross = rows[n_main + n_overhead:]
-    meta = cpu_meta(main_rows, overhead, cross, load_before, opts.quick)
-    save = not opts.quick
-    report("times (µs) and ratios; np = the NumPy expression", opts.name, main_rows, meta, save)
-    report(f"call overhead at n={OVERHEAD_SIZE} (µs)", f"{opts.name}_overhead", overhead, meta, save)
-    if cross:
-        report("cpu vs parallel, float64, by output elements", f"{opts.name}_crossover", cross, meta, save)
-    print("\n" + "\n".join(f"{k}: {v}" for k, v in meta.items()))
-
-
-if __name__ == "__main__":
-    main()

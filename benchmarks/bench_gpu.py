@@ -1,7 +1,7 @@
 """GPU benchmark: the cuda target against the memory limit, CuPy and Numba, on one GPU.
 
-Run on a GPU machine: ``python benchmarks/bench_gpu.py`` (a few minutes; ``--quick`` for n up
-to 10^6). Needs CuPy. Saved with :func:`harness.save_results` as ``results/gpu-<gpu>.{txt,json}``.
+The ``gpu`` suite of ``python -m benchmarks``: run it on a GPU machine with ``--suite gpu`` (a
+few minutes; ``--quick`` for n up to 10^6). Needs CuPy. Saved as ``results/gpu-<gpu>.{txt,json}``.
 
 Every kernel, float32 and float64, n = 10^3 ... 10^8 (``hermite_norm``: 32 orders, n samples up
 to 10^7), in three cases:
@@ -25,17 +25,17 @@ same run:
 
 A second table measures small calls: gaussian float32 at n = 1000 for CuPy, Numba and torch
 arrays (a new output, and ``out=``), against CuPy's ``ElementwiseKernel`` on CuPy arrays, call +
-synchronize and pipelined. ``--targets-only`` runs just the cases that issue targets name.
+synchronize and pipelined. ``--targets-only`` runs just the cases that issue targets name (and
+saves nothing).
 
 Kernels, their scalar arguments and their CuPy formulas come from the registry (each kernel's
 ``benchmark=gf.Benchmark(..., cupy=gf.CupyFormula(...))``, see :mod:`cases`); a kernel without a
-CuPy formula stops the run naming it. ``python -m benchmarks --suite gpu`` runs this suite, and
-says it was skipped, and why, on a machine without CuPy or a GPU (:func:`unavailable`).
+CuPy formula stops the run naming it. On a machine without CuPy or a GPU the suite is skipped,
+saying why (:func:`unavailable`).
 """
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from collections.abc import Callable
@@ -50,12 +50,8 @@ try:  # the suite runs only with both; unavailable() says which one is missing
 except ImportError:
     cp = None
 
-try:  # run as a script or as a module
-    from cases import Case, cases, cupy_missing
-    from harness import Progress, format_table, machine_info, measure, save_results
-except ImportError:
-    from .cases import Case, cases, cupy_missing
-    from .harness import Progress, format_table, machine_info, measure, save_results
+from .cases import Case, cases, cupy_missing
+from .harness import machine_info, measure
 
 SIZES = tuple(10**e for e in range(3, 9))
 DTYPES = (np.float32, np.float64)
@@ -377,41 +373,3 @@ def slug(gpu: str) -> str:
     """The results file name part of a GPU: ``h100`` for any H100."""
     return "h100" if "H100" in gpu else gpu.lower().replace(" ", "-")
 
-
-def main(argv: list[str] | None = None) -> None:
-    """Run the small-call and main tables, print them and the verdicts, save the results."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="n up to 10^6, fewer repetitions")
-    parser.add_argument("--targets-only", action="store_true", help="only the cases targets name")
-    args = parser.parse_args(argv)
-    reason = unavailable()
-    if reason:
-        raise SystemExit(f"GPU benchmark skipped: {reason}")
-    timer = Timer(args.quick)
-    small_plan = small_steps(timer)
-    main_plan = gpu_steps(cases(), timer, args.quick, args.targets_only)
-    progress = Progress(len(small_plan) + len(main_plan))
-    small: list[dict[str, Any]] = []
-    for what, step in small_plan:
-        small += step()
-        progress.step(what)
-    if small:
-        print(format_table(small, list(small[0])), flush=True)
-    rows: list[dict[str, Any]] = []
-    for what, step in main_plan:
-        rows += step()
-        progress.step(what)
-        print(format_table(rows[-3:], COLUMNS).split("\n", 1)[1], flush=True)
-    summary = targets(rows, small)
-    print("\n".join(summary))
-    if args.targets_only:
-        return
-    meta = gpu_meta(summary)
-    path = save_results(f"gpu-{slug(meta['gpu'])}", rows, COLUMNS, meta)
-    if small:
-        save_results(f"gpu-{slug(meta['gpu'])}_small", small, list(small[0]), meta)
-    print(path.read_text())
-
-
-if __name__ == "__main__":
-    main()

@@ -518,7 +518,7 @@ def test_domains_must_name_arguments(restore_registry):
 def test_importing_compiles_nothing_and_leaves_cuda_alone():
     """``import gpufuncs`` only declares kernels: nothing is compiled (each target compiles on
     first use) and neither numba.cuda nor a GPU is touched. Its time is measured by
-    ``benchmarks/bench_cpu.py`` (import gpufuncs beyond numba)."""
+    ``python -m benchmarks --suite cpu`` (import gpufuncs beyond numba)."""
     code = (
         "import sys, gpufuncs as gf\n"
         "compiled = {name: list(gf.registry[name]._compiled) for name in gf.names()}\n"
