@@ -302,7 +302,7 @@ def test_calls_with_and_without_keywords_take_the_same_path(monkeypatch):
         run = self._run
 
         def counted(args, kwargs):
-            ran.append((self.target, tuple(kwargs)))
+            ran.append((self.target, "out" in kwargs))  # target= is keyed, not passed on
             return run(args, kwargs)
 
         self._run = counted
@@ -316,7 +316,7 @@ def test_calls_with_and_without_keywords_take_the_same_path(monkeypatch):
         gf.exp(x, target="cpu")
         gf.exp(x, out=np.empty(5))
         gf.hermite_norm(x, 3)
-    assert ran == [("cpu", ()), ("cpu", ("target",)), ("cpu", ("out",)), ("cpu", ())] * 2
+    assert ran == [("cpu", False), ("cpu", False), ("cpu", True), ("cpu", False)] * 2
     assert len(gf.exp._resolved) == 3 and len(gf.hermite_norm._resolved) == 1
 
 
@@ -728,3 +728,22 @@ def test_out_and_where_in_either_order_are_one_call_signature(target):
     kernel(x, out=first, where=mask)
     kernel(x, where=mask, out=second)
     assert len(kernel._resolved) == 3  # two with target=, keyed in order, and one without
+
+
+def test_target_keyword_is_keyed_the_same_wherever_it_is_given(monkeypatch):
+    """target= alone, with out= before or after it, and target="auto" spelled out: one resolved
+    call per call signature, each giving NumPy's values."""
+    x, out = np.linspace(-1, 1, 7), np.empty(7)
+    monkeypatch.setattr(gf.exp, "_resolved", {})
+    np.testing.assert_allclose(gf.exp(x, target="cpu"), np.exp(x), rtol=1e-15)
+    gf.exp(x, target="cpu", out=out)
+    np.testing.assert_allclose(out, np.exp(x), rtol=1e-15)
+    out[:] = 0
+    gf.exp(x, out=out, target="cpu")
+    np.testing.assert_allclose(out, np.exp(x), rtol=1e-15)
+    assert len(gf.exp._resolved) == 2
+    gf.exp(x)
+    gf.exp(x, target="auto")
+    assert len(gf.exp._resolved) == 3
+    with pytest.raises(ValueError, match="unknown target None"):
+        gf.exp(x, target=None)

@@ -70,8 +70,10 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
     if always:
         return keyer
 
+    owns = arrays.owner(cls)
+
     def per_instance(obj: Any) -> Any:  # torch tensors: on the GPU or not
-        return keyer(obj) if arrays.owns(obj) else UNKEYABLE
+        return keyer(obj) if owns(obj) else UNKEYABLE
 
     return per_instance
 
@@ -87,7 +89,7 @@ def arg_key(obj: Any) -> Any:
     keyer = _KEYERS.get(cls)
     if keyer is None:
         keyer = _KEYERS[cls] = _keyer_for(cls)
-    return keyer(obj)
+    return cls if keyer is _type_key else keyer(obj)  # scalars: one call less
 
 
 #: Keywords whose value is a runtime value, keyed by type only.
@@ -102,22 +104,18 @@ def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
     and runtime values such as ``stream`` (by type only: any stream resolves the same way).
     """
+    key = (arg_key(args[0]),) if len(args) == 1 else tuple(map(arg_key, args))
     if not kwargs:
-        return tuple(map(arg_key, args))
-    # The common keywords first, each built in one go (this runs on every call with keywords).
-    if len(kwargs) == 1:
-        if "target" in kwargs:
-            return (*map(arg_key, args), "target", kwargs["target"])
-        out = kwargs.get("out")
-        if out is not None and type(out) is not tuple:
-            return (*map(arg_key, args), "out", arg_key(out))
-    elif len(kwargs) == 2 and "out" in kwargs and "where" in kwargs:
-        # out= and where= arrays, keyed in this order whichever order they came in: every call
-        # of that shape takes this path, so its key is consistent (the loop keys by given order).
-        out, where = kwargs["out"], kwargs["where"]
-        if type(out) is not tuple and out is not None and type(where) is not bool and where is not None:
-            return (*map(arg_key, args), "out", arg_key(out), "where", arg_key(where))
-    key = tuple(map(arg_key, args))
+        return key
+    # out=, and out= with where=, built in one go: this runs on every call with them. Every call
+    # of that shape takes this path, so its key is consistent (out first, whatever the order).
+    out = kwargs.get("out")
+    if out is not None and type(out) is not tuple:
+        if len(kwargs) == 1:
+            return (*key, "out", arg_key(out))
+        where = kwargs.get("where")
+        if len(kwargs) == 2 and where is not None and type(where) is not bool:
+            return (*key, "out", arg_key(out), "where", arg_key(where))
     extra: list[Any] = []
     for name, value in kwargs.items():
         if name == "out":

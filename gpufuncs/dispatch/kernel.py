@@ -265,22 +265,26 @@ class Kernel:
         return resolve_loop(self.spec, [d if isinstance(d, type) else np.dtype(d) for d in dtypes], dtype)
 
     # -- the call -----------------------------------------------------------------------------
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, target: str = "auto", **kwargs: Any) -> Any:
         """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
+        # ``target`` is a parameter of its own so that ``target="cpu"`` alone needs no keyword
+        # dict; it is keyed last (call_key's format) and put back in ``kwargs`` on a miss.
         if not kwargs:  # call_key's commonest cases, inlined: this runs on every call
-            key = tuple(map(arg_key, args))
-        elif len(kwargs) == 1 and "target" in kwargs:
-            key = (*map(arg_key, args), "target", kwargs["target"])
+            key = (arg_key(args[0]),) if len(args) == 1 else tuple(map(arg_key, args))
+            if target != "auto":
+                key += ("target", target)
         else:
+            if target != "auto":
+                kwargs["target"] = target
             key = call_key(args, kwargs)
         if self._sizes is not None:
             key = (key, args[self._sizes])
         try:
             resolved = self._resolved[key]
-        except KeyError:
-            resolved = self._resolve(args, kwargs, key)
-        except TypeError:  # a call signature that cannot be keyed: resolved afresh every time
-            resolved = self._resolve(args, kwargs, None)
+        except (KeyError, TypeError) as missed:  # TypeError: a call signature that cannot be keyed
+            if target != "auto":
+                kwargs["target"] = target
+            resolved = self._resolve(args, kwargs, key if isinstance(missed, KeyError) else None)
         return resolved._run(args, kwargs)  # what ResolvedCall.__call__ does, one call less
 
     def resolve(self, *args: Any, **kwargs: Any) -> ResolvedCall | DeferredCall:

@@ -126,6 +126,11 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
     return True
 
 
+#: ``numpy.may_share_memory`` without its ``__array_function__`` dispatch (the arguments here are
+#: always base-class ndarrays): most of the cost of a small ``out=`` call's overlap check.
+_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
+
+
 def read_before_write(inputs: Any, outs: tuple[Any, ...]) -> Any:
     """``inputs`` with each host array that shares memory with an output, other than that
     output element for element, replaced by a copy: NumPy's result is that of a call that reads
@@ -137,7 +142,7 @@ def read_before_write(inputs: Any, outs: tuple[Any, ...]) -> Any:
                 # Two distinct arrays that own their memory cannot overlap (cheap, and common).
                 if a is o or (a.base is None and o.base is None):
                     continue
-                if np.may_share_memory(a, o) and not _same_elements(a, o):
+                if _may_share_memory(a, o) and not _same_elements(a, o):
                     copied = copied or list(inputs)
                     copied[i] = a.copy()
                     break
@@ -227,6 +232,11 @@ class DeviceArrays:
     def owns(self, obj: Any) -> bool:
         """Whether this instance is one of this target's arrays."""
         return False
+
+    def owner(self, cls: type) -> Callable[[Any], bool]:
+        """:meth:`owns` for instances of ``cls`` (a class classified ``None``), decided once per
+        class: keying a call asks it on every call."""
+        return self.owns
 
     def describe(self, obj: Any) -> Arg:
         """Dtype, shape and strides of one of this target's arrays."""
