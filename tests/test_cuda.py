@@ -157,6 +157,23 @@ def test_strided_broadcast_float16_and_where_on_device(cp):
     np.testing.assert_array_equal(out.get(), np.where(x > 0, np.clip(x, -1, 1), 7.0))
 
 
+def test_python_float_scalars_in_a_float32_call_are_numpys_float32(cp):
+    """Python floats reach float32 kernel parameters packed directly (no NumPy scalar made per
+    call): the results are bit for bit those of float32 scalars, and of the cpu target, also for
+    scalars past float32's range (NumPy's cast makes them inf)."""
+    x = np.linspace(-3, 3, 1001, dtype=np.float32)
+    dx = cp.asarray(x)
+    for mu, sigma in ((0.1, 1.7), (1e-3, 3.3333333333), (-2.5e-39, 0.7)):
+        expected = gf.gaussian(dx, np.float32(mu), np.float32(sigma)).get()
+        np.testing.assert_array_equal(gf.gaussian(dx, mu, sigma).get(), expected)
+        np.testing.assert_array_equal(gf.gaussian(x, mu, sigma, target="cpu"), expected)
+    with np.errstate(over="ignore"):
+        wide = gf.clamp(dx, -1e300, 1e39).get()
+        np.testing.assert_array_equal(wide, np.clip(x, np.float32(-1e300), np.float32(1e39)))
+        np.testing.assert_array_equal(wide, gf.clamp(x, -1e300, 1e39, target="cpu"))
+        np.testing.assert_array_equal(gf.clamp(dx, -1e300, 0.5).get(), np.clip(x, -np.inf, np.float32(0.5)))
+
+
 def test_dtype_casting_and_order_keywords_on_device(cp):
     x = normal((64, 48), np.float64)
     in_f32 = gf.exp(cp.asarray(x), dtype=np.float32)

@@ -98,25 +98,9 @@ def stream_handle(stream: Any) -> int:
     raise TypeError(f"stream= must be a numba, cuda.core, CuPy or torch stream, got {type(stream).__name__}")
 
 
-@functools.cache
-def _cupy_current() -> Callable[[], Any]:
-    import cupy
-
-    return cupy.cuda.get_current_stream
-
-
-def cupy_stream() -> int:
-    """The handle of CuPy's current stream (of this thread)."""
-    return _cupy_current()().ptr
-
-
 def _numba_stream(obj: Any) -> int:
     stream = obj.stream
     return int(stream.__cuda_stream__()[1]) if stream else 0
-
-
-def _torch_stream(obj: Any) -> int:
-    return compat.torch_stream_getter()(obj.device.index)
 
 
 def _cai_stream(obj: Any) -> int | None:
@@ -124,8 +108,6 @@ def _cai_stream(obj: Any) -> int | None:
 
 
 _STREAMS: dict[str, Callable[[Any], int | None]] = {
-    CUPY: lambda a: cupy_stream(),
-    TORCH: _torch_stream,
     NUMBA: _numba_stream,
     SIM: lambda a: None,
     CAI: _cai_stream,
@@ -134,7 +116,16 @@ _STREAMS: dict[str, Callable[[Any], int | None]] = {
 
 
 def producer_stream(kind: str) -> Callable[[Any], int | None]:
-    """``array -> handle`` of the stream its library orders its work on (``None``: none)."""
+    """``array -> handle`` of the stream its library orders its work on (``None``: none).
+    CuPy's and torch's are their current streams, read through getters looked up here, once
+    per call signature, not on every call."""
+    if kind == CUPY:
+        from cupy.cuda import get_current_stream
+
+        return lambda a: get_current_stream().ptr
+    if kind == TORCH:
+        current = compat.torch_stream_getter()
+        return lambda a: current(a.get_device())  # an int, for less than ``a.device.index``
     return _STREAMS[kind]
 
 

@@ -65,10 +65,17 @@ def _scalar_reader(dtype: np.dtype) -> Reader:
 
 def _scalar_getter(arg: Arg, dtype: np.dtype) -> Callable[[Any], Any] | None:
     """``scalar -> value to pack``: NumPy's conversion to a float32 loop (inf where a float
-    overflows it); a float64 parameter takes Python and NumPy scalars as they are."""
+    overflows it); a float64 parameter takes Python and NumPy scalars as they are.
+
+    A Python float is packed as it is into a narrower float parameter too: ``struct`` rounds it
+    as NumPy does (C's conversion), for a fraction of the cost of making a NumPy scalar, and the
+    packer casts with NumPy where ``struct`` refuses a value beyond the type's range. The
+    simulator computes with the values it is given, so it gets NumPy scalars."""
     if arg.role == HOST:
         return None  # a one-element array
-    return _same if dtype == np.float64 or arg.cls is dtype.type else dtype.type
+    if dtype == np.float64 or arg.cls is dtype.type or (arg.cls is float and not get_runtime().simulated):
+        return _same
+    return dtype.type
 
 
 def _same(value: Any) -> Any:

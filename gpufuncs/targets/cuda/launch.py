@@ -144,6 +144,11 @@ class Packer:
         self._block = struct.Struct("<" + codes)
         self._values = struct.Struct("<" + "".join(_SLOTS[flat[i][0]] for i in holes))
         self._holes = holes
+        # NumPy's cast per value index, for scalars that struct refuses (see pack).
+        self._casts = [None] * (1 + max((v.index for _, v in flat if isinstance(v, _Hole)), default=-1))
+        for _, v in flat:
+            if isinstance(v, _Hole) and not v.pointer:
+                self._casts[v.index] = v.dtype.type
         self._local = threading.local()
 
     def _buffer(self) -> tuple[np.ndarray, int]:
@@ -156,11 +161,25 @@ class Packer:
         return store, pointers.ctypes.data
 
     def pack(self, values: Sequence[Any]) -> int:
-        """Write ``values`` (one per hole, in order) and return the parameter array's address."""
+        """Write ``values`` (one per hole, in order) and return the parameter array's address.
+
+        Scalars may be Python floats for float32 parameters: ``struct`` converts them as NumPy
+        does, except that it refuses values beyond the type's range, which NumPy's cast turns
+        into ±inf (with its overflow warning): those are packed after that cast."""
         try:
             store, address = self._local.store, self._local.address
         except AttributeError:
             store, address = self._buffer()
+        try:
+            if self._prefix:  # _write's common case, inlined: this runs on every launch
+                self._values.pack_into(store, 0, *values)
+            else:
+                self._write(store, values)
+        except OverflowError:
+            self._write(store, [v if cast is None else cast(v) for v, cast in zip(values, self._casts)])
+        return address
+
+    def _write(self, store: np.ndarray, values: Sequence[Any]) -> None:
         if self._prefix:
             self._values.pack_into(store, 0, *values)
         else:
@@ -168,7 +187,6 @@ class Packer:
             for slot, index in zip(self._holes, self._positions):
                 block[slot] = values[index]
             self._block.pack_into(store, 0, *block)
-        return address
 
 
 # -- plans -------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ expose: Numba device arrays (``__cuda_ndarray__``), CuPy, PyTorch CUDA tensors, 
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,11 @@ class CudaArrays(DeviceArrays):
         device = getattr(obj, "__dlpack_device__", None)
         return device is not None and device()[0] in _DLPACK_CUDA
 
+    def owner(self, cls: type) -> Callable[[Any], bool]:
+        if library_of(cls) == "torch":
+            return operator.attrgetter("is_cuda")
+        return self.owns
+
     def describe(self, obj: Any) -> Arg:
         cls = type(obj)
         library = library_of(cls)
@@ -96,7 +102,7 @@ class CudaArrays(DeviceArrays):
         if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
             return lambda obj: (cls, obj.dtype, obj.shape, obj.strides)
         if library == "torch":
-            return lambda obj: (cls, obj.dtype, obj.shape, obj.stride(), obj.device)
+            return lambda obj: (cls, obj.dtype, obj.shape, obj.stride(), obj.get_device())
         return None  # interface dicts and DLPack capsules: described afresh on every call
 
     def writable(self, obj: Any) -> bool:
