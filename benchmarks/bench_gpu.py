@@ -25,8 +25,9 @@ same run:
 
 A second table measures small calls: gaussian float32 at n = 1000 for CuPy, Numba and torch
 arrays (a new output, and ``out=``), against CuPy's ``ElementwiseKernel`` on CuPy arrays, call +
-synchronize and pipelined. ``--targets-only`` runs just the cases that issue targets name (and
-saves nothing).
+synchronize and pipelined; each row's calls are interleaved with CuPy's (``measure_pair``), so
+that the machine's drift during the run does not land on one side of a ratio close to 1.
+``--targets-only`` runs just the cases that issue targets name (and saves nothing).
 
 Kernels, their scalar arguments and their CuPy formulas come from the registry (each kernel's
 ``benchmark=gf.Benchmark(..., cupy=gf.CupyFormula(...))``, see :mod:`cases`); a kernel without a
@@ -51,7 +52,7 @@ except ImportError:
     cp = None
 
 from .cases import Case, cases, cupy_missing
-from .harness import machine_info, measure
+from .harness import machine_info, measure, measure_pair
 
 SIZES = tuple(10**e for e in range(3, 9))
 DTYPES = (np.float32, np.float64)
@@ -119,6 +120,14 @@ class Timer:
     def batch(self, fn: Callable[[], Any]) -> float:
         """:data:`PIPELINE` calls, then one synchronize."""
         return measure(fn, sync=self.stream.synchronize, warmup=20, repeat=15, inner=PIPELINE)
+
+    def against(self, fn: Callable[[], Any], ref: Callable[[], Any]) -> tuple[float, float, float, float]:
+        """``fn`` and ``ref`` interleaved (see :func:`harness.measure_pair`): (call + synchronize
+        of each, then :data:`PIPELINE` calls and one synchronize of each)."""
+        sync = self.stream.synchronize
+        each = measure_pair(fn, ref, sync=sync, repeat=60 if self.quick else 300)
+        batch = measure_pair(fn, ref, sync=sync, warmup=20, repeat=10 if self.quick else 25, inner=PIPELINE)
+        return (*each, *batch)
 
 
 def copy_time(timer: Timer, nbytes: int) -> tuple[float, float]:
@@ -257,7 +266,6 @@ def small_calls(timer: Timer, ek: Any) -> list[dict[str, Any]]:
     extra = case.inputs(x_host)[case.bench.arrays:]
     x, out = arrays["cupy"], outs["cupy"]
     theirs = {"alloc": lambda: ek(x, *extra), "out=": lambda: ek(x, *extra, out)}
-    reference = {how: (timer.each(f), timer.batch(f)) for how, f in theirs.items()}
     torch_exp = timer.batch(lambda: torch.exp(arrays["torch"]))
     rows = []
     for kind, arg in arrays.items():
@@ -267,8 +275,8 @@ def small_calls(timer: Timer, ek: Any) -> list[dict[str, Any]]:
             def ours(arg=arg, kwargs=kwargs):
                 return case.kernel(arg, *case.bench.scalars, **kwargs)  # Python floats, as users pass
 
-            sync, pipe = timer.each(ours), timer.batch(ours)
-            c_sync, c_pipe = reference[how]
+            # CuPy's call is measured again for each row, interleaved with ours (see against).
+            sync, c_sync, pipe, c_pipe = timer.against(ours, theirs[how])
             rows.append({"array kind": kind, "output": how, "sync_us": round(sync * 1e6, 2),
                          "cupy_sync_us": round(c_sync * 1e6, 2), "x_cupy_sync": round(sync / c_sync, 3),
                          "pipe_us": round(pipe * 1e6, 2), "cupy_pipe_us": round(c_pipe * 1e6, 2),

@@ -181,7 +181,8 @@ def gpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
     small = _load(f"{name}_small")
     if small:
         out += ["Small calls, gaussian float32 at n = 1000, by array kind (CuPy's "
-                "`ElementwiseKernel` runs on CuPy arrays; `torch_exp_pipe_us`: `torch.exp` on the "
+                "`ElementwiseKernel` runs on CuPy arrays, its calls interleaved with each row's, so "
+                "`cupy_*` differ a little from row to row; `torch_exp_pipe_us`: `torch.exp` on the "
                 "torch tensor, pipelined, for scale):", "",
                 _table(small["rows"], list(small["rows"][0])), ""]
     return "\n".join(out)

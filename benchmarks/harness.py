@@ -53,6 +53,41 @@ def measure(
     return statistics.median(samples)
 
 
+def measure_pair(
+    fn: Callable[[], Any],
+    ref: Callable[[], Any],
+    *,
+    sync: Callable[[], Any] | None = None,
+    warmup: int = 5,
+    repeat: int = 200,
+    inner: int = 1,
+) -> tuple[float, float]:
+    """Median seconds per call of ``fn`` and of ``ref``, their repetitions interleaved.
+
+    Each repetition runs ``fn`` ``inner`` times and then ``ref`` ``inner`` times (the order
+    swapped every other repetition), each followed by ``sync`` inside its timed region. Drift in
+    the machine's state between repetitions (clocks, other processes) then reaches both alike:
+    for microsecond calls whose ratio is close to 1, measuring one after the other can move the
+    ratio by more than the difference being measured.
+    """
+    for _ in range(warmup):
+        fn()
+        ref()
+    if sync:
+        sync()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for r in range(repeat):
+        order = ((0, fn), (1, ref)) if r % 2 == 0 else ((1, ref), (0, fn))
+        for which, f in order:
+            start = time.perf_counter()
+            for _ in range(inner):
+                f()
+            if sync:
+                sync()
+            samples[which].append((time.perf_counter() - start) / inner)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
 def _calibrate(fn: Callable[[], Any], sync: Callable[[], Any] | None, min_time: float) -> int:
     """Calls per repetition: doubled until a repetition lasts ``min_time``."""
     inner = 1
