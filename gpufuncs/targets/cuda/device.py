@@ -271,7 +271,9 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
                    pairs: tuple[_Overlap, ...]) -> Executor:
     """The executor of calls whose operands are all device arrays and scalars: each is read
     with one attribute access or cast, and nothing else is decided per call."""
-    getters = [op.get for op in operands]  # allocated outputs are never read: zip stops before
+    # Values taken as they are (scalars of the parameter's type) need no call: only the others
+    # are read, in place in a copy of the operands (allocated outputs are never read).
+    reads = [(i, op.get) for i, op in enumerate(operands) if op.get is not None and op.get is not _same]
     stream_of = arrays.producer_stream(operands[first].kind) if first is not None else None
     runtime = get_runtime()
     bind, launch = runtime.bind_thread, main.launch
@@ -283,7 +285,9 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
             handle = (stream_of(objs[first]) or 0) if stream_of is not None else 0
         else:
             handle = launch_stream(objs, stream)
-        values = [get(obj) for get, obj in zip(getters, objs)]
+        values = list(objs)
+        for i, get in reads:
+            values[i] = get(values[i])
         if outs is None:
             like = inputs[first] if first is not None else None
             results = []
@@ -293,9 +297,12 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
                 values.append(address)
             launch(values, handle)
             return tuple(results)
-        keep = _read_before_write(values, pairs, handle) if pairs else None  # alive until launched
-        launch(values, handle)
-        del keep
+        if pairs and (len(pairs) > 1 or _overlaps(values, pairs[0])):
+            keep = _read_before_write(values, pairs, handle)  # alive until launched
+            launch(values, handle)
+            del keep
+        else:
+            launch(values, handle)
         return outs
 
     return execute
@@ -319,17 +326,24 @@ def _overlap_pairs(layouts: list[Layout], nin: int, nout: int) -> tuple[_Overlap
     return tuple((i, k, *spans[i], *spans[k], layouts[i] == layouts[k]) for i in reads for k in outs)
 
 
+def _overlaps(values: list[Any], pair: _Overlap) -> bool:
+    """Whether the operands of ``pair`` share memory in a way that needs a copy."""
+    i, k, lo, hi, out_lo, out_hi, same = pair
+    a, b = values[i], values[k]
+    return a + lo < b + out_hi and b + out_lo < a + hi and not (same and a == b)
+
+
 def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: int) -> list[Any]:
     """Inputs (and the mask) that share memory with an output read from a copy of their bytes,
     unless they are that output element for element (``out=x`` on ``x``): threads run in no
     fixed order, and NumPy's result is that of a call that reads before it writes. Returns the
     copies, which must stay alive until the launch."""
     keep = []
-    for i, k, lo, hi, out_lo, out_hi, same in pairs:
-        a, b = values[i], values[k]
-        if a + lo < b + out_hi and b + out_lo < a + hi and not (same and a == b):
+    for pair in pairs:
+        if _overlaps(values, pair):
             # The copy is new memory: the later pairs of this operand no longer overlap.
-            values[i], buffer = arrays.copy_span(a, lo, hi, get_runtime().stream(handle))
+            i, _, lo, hi = pair[:4]
+            values[i], buffer = arrays.copy_span(values[i], lo, hi, get_runtime().stream(handle))
             keep.append(buffer)
     return keep
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,7 +251,7 @@ def _indexing(operands: list[Layout],
 class LaunchPlan:
     """One kernel launch over ``loop_shape`` for operands of fixed layouts.
 
-    :meth:`launch` takes the per-call values in order: for each input its pointer (an array) or
+    :attr:`launch` takes the per-call values in order: for each input its pointer (an array) or
     its value (a scalar, in the loop dtype), then each output's pointer, then the ``where``
     mask's pointer if there is one.
     """
@@ -288,15 +288,15 @@ class LaunchPlan:
         self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes)
         self.blocks = -(-self.n // (BLOCK * per_thread))
         runtime = get_runtime()
-        self.simulated = runtime.simulated
-        self._launch = runtime.launcher(self.kernel) if self.n else None
-        self.packer = Packer(self.params) if not self.simulated else None
+        #: ``launch(values, handle)``: launch on the stream ``handle`` with this call's pointers
+        #: and scalars (see the class docstring). One closure from the runtime, which packs the
+        #: values and calls the driver: a small call's launch costs two Python calls.
+        self.launch: Callable[[Sequence[Any], int], None] = _nothing
+        if self.n:
+            layout = self.params
+            pack = (lambda values: _sim(layout, values)) if runtime.simulated else Packer(layout).pack
+            self.launch = runtime.launcher(self.kernel, self.blocks, pack)
 
-    def launch(self, values: Sequence[Any], handle: int) -> None:
-        """Launch on the stream ``handle`` with this call's pointers and scalars."""
-        if not self.n:
-            return
-        if self.simulated:
-            self._launch(self.blocks, handle, _sim(self.params, values))
-        else:
-            self._launch(self.blocks, handle, self.packer.pack(values))
+
+def _nothing(values: Sequence[Any], handle: int) -> None:
+    """The launch of a plan with nothing to compute."""

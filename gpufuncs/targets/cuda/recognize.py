@@ -98,11 +98,17 @@ class CudaArrays(DeviceArrays):
         return Arg(DEVICE, cls, dtype, shape, strides)
 
     def keyer(self, cls: type) -> Callable[[Any], Any] | None:
+        # C-contiguous arrays of one shape and dtype are alike in every decision (strides of
+        # length-1 dimensions, the only ones that may differ, are never used): the flag, where
+        # the library has a cheap one, stands in for the strides, which it would build anew.
         library = library_of(cls)
+        if library == "cupy" and hasattr(cls, "_c_contiguous"):
+            return lambda obj: (cls, obj.dtype, obj.shape, True if obj._c_contiguous else obj.strides)
         if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
             return lambda obj: (cls, obj.dtype, obj.shape, obj.strides)
         if library == "torch":
-            return lambda obj: (cls, obj.dtype, obj.shape, obj.stride(), obj.get_device())
+            return lambda obj: (cls, obj.dtype, obj.shape, True if obj.is_contiguous() else obj.stride(),
+                                obj.get_device())
         return None  # interface dicts and DLPack capsules: described afresh on every call
 
     def writable(self, obj: Any) -> bool:

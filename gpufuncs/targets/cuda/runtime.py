@@ -16,7 +16,7 @@ import functools
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -174,10 +174,11 @@ class Runtime:
             self._functions[kernel] = found
         return found
 
-    def launcher(self, kernel: Any) -> Callable[[int, int, int], None]:
-        """``launch(blocks, handle, params)``: ``kernel`` on ``blocks`` blocks of :data:`BLOCK`
-        threads on the stream ``handle``, ``params`` the address of its packed parameter
-        pointers (see ``launch.Packer``).
+    def launcher(self, kernel: Any, blocks: int,
+                 pack: Callable[[Sequence[Any]], int]) -> Callable[[Sequence[Any], int], None]:
+        """``launch(values, handle)``: ``kernel`` on ``blocks`` blocks of :data:`BLOCK` threads
+        on the stream ``handle``, its parameters ``pack(values)`` (the address of the packed
+        parameter pointers, see ``launch.Packer``).
 
         Through CuPy's Cython ``launchKernel`` where CuPy is already imported (its arguments are
         C integers, converted for less than ``cuda.bindings``' wrapped handles: the cheapest
@@ -189,16 +190,16 @@ class Runtime:
 
             address, launch_kernel = int(function), driver.launchKernel
 
-            def launch_cupy(blocks: int, handle: int, params: int) -> None:
-                launch_kernel(address, blocks, 1, 1, BLOCK, 1, 1, 0, handle, params, 0)
+            def launch_cupy(values: Sequence[Any], handle: int) -> None:
+                launch_kernel(address, blocks, 1, 1, BLOCK, 1, 1, 0, handle, pack(values), 0)
             return launch_cupy
         streams, new_stream, launch_kernel = self._handles, self._driver.CUstream, self._launch_kernel
 
-        def launch_bindings(blocks: int, handle: int, params: int) -> None:
+        def launch_bindings(values: Sequence[Any], handle: int) -> None:
             stream = streams.get(handle)
             if stream is None:
                 stream = streams[handle] = new_stream(handle)
-            (err,) = launch_kernel(function, blocks, 1, 1, BLOCK, 1, 1, 0, stream, params, 0)
+            (err,) = launch_kernel(function, blocks, 1, 1, BLOCK, 1, 1, 0, stream, pack(values), 0)
             if err:
                 self._check(err, "launching a kernel")
         return launch_bindings
@@ -234,11 +235,12 @@ class SimRuntime(Runtime):
     def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         ctypes.memmove(dst, src, nbytes)
 
-    def launcher(self, kernel: Any) -> Callable[[int, int, Any], None]:
-        """``launch(blocks, handle, args)``: ``kernel`` is the ``cuda.jit`` dispatcher here, and
-        ``args`` its logical arguments."""
-        def launch(blocks: int, handle: int, args: Any) -> None:
-            kernel[blocks, BLOCK](*args)
+    def launcher(self, kernel: Any, blocks: int,
+                 pack: Callable[[Sequence[Any]], Any]) -> Callable[[Sequence[Any], int], None]:
+        """``launch(values, handle)``: ``kernel`` is the ``cuda.jit`` dispatcher here, and
+        ``pack(values)`` its logical arguments."""
+        def launch(values: Sequence[Any], handle: int) -> None:
+            kernel[blocks, BLOCK](*pack(values))
         return launch
 
     @staticmethod
