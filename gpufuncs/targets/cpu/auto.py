@@ -86,22 +86,53 @@ def choose(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> str:
 
 
 def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> float:
-    """Time both targets' flat loops at two sizes on synthetic inputs; the crossover."""
+    """Time both targets' flat loops at two sizes on synthetic inputs; the crossover.
+
+    A crossover past the larger size is an extrapolation, and the slopes of a cheap kernel
+    differ by little there: one slow sample can push it out by orders of magnitude (measured:
+    1e8 for clamp float32 on 16 cores, where parallel wins from 1e5). It is checked at a size
+    :data:`_CHECK_OUTPUTS` outputs large, and refitted from there where parallel wins."""
+    small, large = _SIZES
+    times = {t: (_time_at(spec, plan, compiled, t, small), _time_at(spec, plan, compiled, t, large))
+             for t in ("cpu", "parallel")}
+    crossover = _crossover(times, small, large)
+    if crossover > large:
+        check = max(2 * large, _CHECK_OUTPUTS // _outputs_per_element(plan))
+        checked = {t: (times[t][0], _time_at(spec, plan, compiled, t, check)) for t in times}
+        if checked["parallel"][1] < checked["cpu"][1]:
+            crossover = min(check, _crossover(checked, small, check))
+    return crossover
+
+
+def _time_at(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any], target: str, n: int) -> float:
+    """Seconds of one call of ``target``'s flat loop on ``n`` loop elements (best of a few)."""
     from . import CpuTarget  # the targets themselves: the very executors calls would run
 
+    synthetic, args = _synthetic(spec, plan, n)
+    execute = CpuTarget(target).prepare(spec, compiled(target), synthetic)
+    return _best_time(lambda: execute(args, None, True, None))
+
+
+#: The check of an extrapolated crossover runs both targets on this many outputs.
+_CHECK_OUTPUTS = 1 << 21
+
+
+def _crossover(times: dict[str, tuple[float, float]], small: int, large: int) -> float:
+    """Where the lines through both targets' times at ``small`` and ``large`` cross."""
     lines = {}
-    for target in ("cpu", "parallel"):
-        times = []
-        for n in _SIZES:
-            synthetic, args = _synthetic(spec, plan, n)
-            execute = CpuTarget(target).prepare(spec, compiled(target), synthetic)
-            times.append(_best_time(lambda execute=execute, args=args: execute(args, None, True, None)))
-        slope = (times[1] - times[0]) / (_SIZES[1] - _SIZES[0])
-        lines[target] = (times[0] - slope * _SIZES[0], slope)
+    for target, (t_small, t_large) in times.items():
+        slope = (t_large - t_small) / (large - small)
+        lines[target] = (t_small - slope * small, slope)
     (a, b), (a_par, b_par) = lines["cpu"], lines["parallel"]
     if b_par >= b:
         return float("inf")
     return max(float(ALWAYS_CPU), (a_par - a) / (b - b_par))
+
+
+def _outputs_per_element(plan: Plan) -> int:
+    """Outputs a loop element writes (a gufunc's output core sizes)."""
+    loop = max(1, int(np.prod(plan.loop_shape)))
+    return max(1, sum(int(np.prod(shape)) for shape in plan.out_shapes) // loop)
 
 
 def _best_time(run: Callable[[], Any], repeat: int = 5) -> float:
