@@ -267,16 +267,14 @@ class Kernel:
     # -- the call -----------------------------------------------------------------------------
     def __call__(self, *args: Any, target: str = "auto", **kwargs: Any) -> Any:
         """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
-        # ``target`` is a parameter of its own so that ``target="cpu"`` alone needs no keyword
-        # dict; it is keyed last (call_key's format) and put back in ``kwargs`` on a miss.
-        if not kwargs:  # call_key's commonest cases, inlined: this runs on every call
+        # ``target`` is a parameter of its own so that ``target="cpu"`` needs no keyword dict:
+        # it is keyed last, whatever the other keywords, and put back in ``kwargs`` on a miss.
+        if not kwargs:  # call_key's commonest case, inlined: this runs on every call
             key = (arg_key(args[0]),) if len(args) == 1 else tuple(map(arg_key, args))
-            if target != "auto":
-                key += ("target", target)
         else:
-            if target != "auto":
-                kwargs["target"] = target
             key = call_key(args, kwargs)
+        if target != "auto":
+            key += ("target", target)
         if self._sizes is not None:
             key = (key, args[self._sizes])
         try:

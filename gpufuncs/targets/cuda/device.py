@@ -297,12 +297,9 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
                 values.append(address)
             launch(values, handle)
             return tuple(results)
-        if pairs and (len(pairs) > 1 or _overlaps(values, pairs[0])):
-            keep = _read_before_write(values, pairs, handle)  # alive until launched
-            launch(values, handle)
-            del keep
-        else:
-            launch(values, handle)
+        keep = _read_before_write(values, pairs, handle) if pairs else None  # alive until launched
+        launch(values, handle)
+        del keep
         return outs
 
     return execute
@@ -326,24 +323,17 @@ def _overlap_pairs(layouts: list[Layout], nin: int, nout: int) -> tuple[_Overlap
     return tuple((i, k, *spans[i], *spans[k], layouts[i] == layouts[k]) for i in reads for k in outs)
 
 
-def _overlaps(values: list[Any], pair: _Overlap) -> bool:
-    """Whether the operands of ``pair`` share memory in a way that needs a copy."""
-    i, k, lo, hi, out_lo, out_hi, same = pair
-    a, b = values[i], values[k]
-    return a + lo < b + out_hi and b + out_lo < a + hi and not (same and a == b)
-
-
 def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: int) -> list[Any]:
     """Inputs (and the mask) that share memory with an output read from a copy of their bytes,
     unless they are that output element for element (``out=x`` on ``x``): threads run in no
     fixed order, and NumPy's result is that of a call that reads before it writes. Returns the
     copies, which must stay alive until the launch."""
     keep = []
-    for pair in pairs:
-        if _overlaps(values, pair):
+    for i, k, lo, hi, out_lo, out_hi, same in pairs:
+        a, b = values[i], values[k]
+        if a + lo < b + out_hi and b + out_lo < a + hi and not (same and a == b):
             # The copy is new memory: the later pairs of this operand no longer overlap.
-            i, _, lo, hi = pair[:4]
-            values[i], buffer = arrays.copy_span(values[i], lo, hi, get_runtime().stream(handle))
+            values[i], buffer = arrays.copy_span(a, lo, hi, get_runtime().stream(handle))
             keep.append(buffer)
     return keep
 
