@@ -34,15 +34,26 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``@pytest.mark.cuda`` tests, saying why, when this machine cannot run CUDA."""
+    """Skip ``@pytest.mark.cuda`` tests, saying why, when this machine cannot run CUDA, and
+    ``@pytest.mark.multigpu`` tests when it has fewer than two GPUs."""
     cuda_items = [item for item in items if item.get_closest_marker("cuda")]
-    if not cuda_items or "cuda" in gf.available_targets():
+    if not cuda_items:
         return
-    from gpufuncs.targets import get_target
+    if "cuda" not in gf.available_targets():
+        from gpufuncs.targets import get_target
 
-    skip = pytest.mark.skip(reason=f"no usable CUDA GPU: {get_target('cuda').unavailable_reason()}")
-    for item in cuda_items:
-        item.add_marker(skip)
+        skip = pytest.mark.skip(reason=f"no usable CUDA GPU: {get_target('cuda').unavailable_reason()}")
+        for item in cuda_items:
+            item.add_marker(skip)
+        return
+    multi = [item for item in cuda_items if item.get_closest_marker("multigpu")]
+    if multi:
+        from gpufuncs.targets.cuda.runtime import device_count
+
+        if device_count() < 2:
+            skip = pytest.mark.skip(reason=f"needs two or more CUDA GPUs; {device_count()} visible")
+            for item in multi:
+                item.add_marker(skip)
 
 
 @pytest.fixture
@@ -86,9 +97,8 @@ def _gpu_memory_given_back(request: pytest.FixtureRequest):
     if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
         sys.modules["torch"].cuda.empty_cache()
     if "gpufuncs.targets.cuda.runtime" in sys.modules:
-        from gpufuncs.targets.cuda.runtime import get_runtime
+        from gpufuncs.targets.cuda.runtime import existing_runtimes
 
-        if get_runtime.cache_info().currsize:  # only a runtime that exists (imported is not used)
-            runtime = get_runtime()
+        for runtime in existing_runtimes():  # only runtimes that exist (imported is not used)
             if not runtime.simulated:
                 runtime.trim()

@@ -24,7 +24,8 @@ if not SIMULATED:
     def test_cuda_target_on_the_simulator():
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+             os.path.join(os.path.dirname(__file__), "test_multigpu.py")],
             env=env, capture_output=True, text=True, timeout=300,
         )
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

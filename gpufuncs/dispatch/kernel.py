@@ -58,8 +58,9 @@ from .plan import (
 #: Resolved calls kept per kernel (one per call signature); the cache is emptied when full.
 RESOLVED_CACHE_SIZE = 256
 
-#: Keywords that some target accepts (``stream`` for cuda); other targets refuse them by name.
-TARGET_OPTIONS = ("stream",)
+#: Keywords that some target accepts (``stream`` and ``device`` for cuda); other targets refuse
+#: them by name.
+TARGET_OPTIONS = ("stream", "device")
 
 
 class ResolvedCall:
@@ -174,7 +175,8 @@ class Kernel:
 
     Instances are created by :func:`gpufuncs.ufunc` / :func:`gpufuncs.gufunc` and live in the
     registry. Calling one behaves like calling a :class:`numpy.ufunc`, with two keywords more:
-    ``target`` (``'auto'``, ``'cpu'``, ``'parallel'``, ``'cuda'``) and, for cuda, ``stream``.
+    ``target`` (``'auto'``, ``'cpu'``, ``'parallel'``, ``'cuda'``) and, for cuda, ``stream`` and
+    ``device`` (a GPU's ordinal, or ``'all'`` to split host arrays across every GPU).
     Each target is compiled on first use, exactly once even under concurrent calls.
     """
 
@@ -430,5 +432,5 @@ def _signature(spec: KernelSpec) -> inspect.Signature:
     params.append(inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None))
     keyword = inspect.Parameter.KEYWORD_ONLY
     params += [inspect.Parameter(k, keyword, default=v) for k, v in KEYWORDS.items() if k != "out"]
-    params.append(inspect.Parameter("stream", keyword, default=None))
+    params += [inspect.Parameter(k, keyword, default=None) for k in TARGET_OPTIONS]
     return inspect.Signature(params)

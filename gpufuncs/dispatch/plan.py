@@ -224,7 +224,8 @@ def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg] 
         (0,) * (spec.nin + spec.nout)
     return Plan(loop=spec.loop_for(loop_dtype), result_dtype=result_dtype, loop_shape=loop_shape,
                 out_shapes=out_shapes, core_sizes=core, order=_alloc_order(call.order, inputs),
-                inputs=tuple(inputs), outs=tuple(outs) if outs else None, where=where, cores=cores)
+                inputs=tuple(inputs), outs=tuple(outs) if outs else None, where=where, cores=cores,
+                device=call.options.get("device"))
 
 
 def _shapes(spec: KernelSpec, shapes: list[tuple[int, ...]], outs: list[Arg] | None,

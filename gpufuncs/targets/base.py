@@ -38,7 +38,8 @@ class Arg:
     """What dispatch learned about one input, output or ``where`` argument.
 
     ``dtype`` is the Python type for a weak scalar (``float``, ``int``, ``bool``), else the
-    NumPy dtype. ``strides`` are in bytes (``()`` for scalars).
+    NumPy dtype. ``strides`` are in bytes (``()`` for scalars). ``device``: the ordinal of the
+    device a device array lives on (``None`` for host values and memory-less empty arrays).
     """
 
     role: str
@@ -46,6 +47,7 @@ class Arg:
     dtype: Any
     shape: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()
+    device: int | None = None
 
     @property
     def is_array(self) -> bool:
@@ -78,6 +80,9 @@ class Plan:
         The ``where=`` mask array; ``None`` when every position is written.
     cores : tuple of int
         Core dimensions of each argument: the inputs, then the outputs.
+    device : int, str or None
+        The ``device=`` a device target was given (``None``: where the arrays live, or the
+        current device for host arrays).
     """
 
     loop: Loop
@@ -90,6 +95,7 @@ class Plan:
     outs: tuple[Arg, ...] | None = None
     where: Arg | None = None
     cores: tuple[int, ...] = ()
+    device: Any = None
 
     @property
     def size(self) -> int:

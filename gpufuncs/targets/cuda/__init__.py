@@ -26,6 +26,8 @@ import importlib
 import os
 from typing import Any
 
+import numpy as np
+
 from ...spec import KernelSpec
 from ..base import DEVICE, Executor, Plan, Target
 
@@ -51,11 +53,49 @@ def _unavailable_reason() -> str | None:
     return None
 
 
+def call_devices(spec: KernelSpec, plan: Plan, count: int, current: int = 0) -> tuple[int, ...]:
+    """The GPUs a call runs on: where its device arrays live, else ``device=`` (an ordinal, or
+    ``'all'``: every GPU, for host arrays), else ``current`` (the thread's current device).
+
+    Raises ``ValueError`` naming the kernel and the devices for arrays on different GPUs, an
+    ``out=`` on another GPU than the inputs, and a ``device=`` that is not a visible GPU or not
+    where the arrays are.
+    """
+    names = (*spec.input_names, *(f"out[{k}]" if spec.nout > 1 else "out" for k in range(spec.nout)))
+    named = [(name, arg) for name, arg in zip(names, (*plan.inputs, *(plan.outs or ())))]
+    if plan.where is not None:
+        named.append(("where", plan.where))
+    placed = [(name, arg.device) for name, arg in named if arg.role == DEVICE and arg.device is not None]
+    wanted = plan.device
+    if wanted is not None and wanted != "all":
+        if isinstance(wanted, bool) or not isinstance(wanted, int | np.integer):
+            raise ValueError(f"{spec.name}: device must be a GPU ordinal or 'all', got {wanted!r}")
+        if not 0 <= wanted < count:
+            raise ValueError(f"{spec.name}: device={wanted} is not a visible GPU "
+                             f"({count} visible: 0 to {count - 1})")
+    if not placed:
+        if wanted == "all":
+            return tuple(range(count))
+        return (current if wanted is None else int(wanted),)
+    first_name, first = placed[0]
+    for name, device in placed[1:]:
+        if device != first:
+            what = "out= is" if name.startswith("out") else f"{name!r} is"
+            raise ValueError(f"{spec.name}: {what} on cuda:{device} but {first_name!r} is on "
+                             f"cuda:{first}; a call runs on one GPU (move the arrays to one device)")
+    if wanted == "all":
+        raise ValueError(f"{spec.name}: device='all' splits host arrays across the GPUs; device "
+                         f"arrays run where they live (cuda:{first}), so leave device= out")
+    if wanted is not None and int(wanted) != first:
+        raise ValueError(f"{spec.name}: device={wanted} but the device arrays are on cuda:{first}")
+    return (first,)
+
+
 class CudaTarget(Target):
     """Kernels compiled with numba-cuda and launched on the GPU through ``cuda.core``."""
 
     name = "cuda"
-    options = ("stream",)
+    options = ("stream", "device")
 
     def unavailable_reason(self) -> str | None:
         return _unavailable_reason()
@@ -72,13 +112,20 @@ class CudaTarget(Target):
         return compiled.numba_object()
 
     def prepare(self, spec: KernelSpec, compiled: Any, plan: Plan) -> Executor:
-        """Device arrays run in place; host arrays go through pinned, pipelined chunks."""
+        """Device arrays run in place, on their GPU; host arrays go through pinned, pipelined
+        chunks, on ``device=`` (one GPU or all) or the current GPU."""
         from . import device, host  # imported on the first call: they need numba.cuda
-        from .runtime import get_runtime
+        from .runtime import device_count, get_runtime
 
+        count = device_count()
+        devices = call_devices(spec, plan, count)
+        arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
+        if not any(a.role == DEVICE for a in arrays):
+            # Without device=, each call runs on its thread's current GPU (see host.prepare).
+            return host.prepare(spec, compiled, plan, None if plan.device is None else devices)
+        runtime = get_runtime(devices[0])
         # A call signature may first be seen in a thread that never used CUDA (a Dask worker
         # thread): loading kernels and allocating need the context current there too.
-        get_runtime().bind_thread()
-        arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
-        on_device = any(a.role == DEVICE for a in arrays)
-        return (device if on_device else host).prepare(spec, compiled, plan)
+        runtime.bind_thread()
+        with runtime.current():
+            return device.prepare(spec, compiled, plan, devices[0])

@@ -115,13 +115,15 @@ _STREAMS: dict[str, Callable[[Any], int | None]] = {
 }
 
 
-def producer_stream(kind: str) -> Callable[[Any], int | None]:
-    """``array -> handle`` of the stream its library orders its work on (``None``: none).
-    CuPy's and torch's are their current streams, read through getters looked up here, once
-    per call signature, not on every call."""
+def producer_stream(kind: str, device: int = 0) -> Callable[[Any], int | None]:
+    """``array -> handle`` of the stream its library orders its work on (``None``: none), for
+    arrays on ``device``. CuPy's and torch's are their current streams (per device), read
+    through getters looked up here, once per call signature, not on every call."""
     if kind == CUPY:
         from cupy.cuda import get_current_stream
 
+        if get_runtime(device).switching:  # the current device may be another one
+            return lambda a: get_current_stream(device).ptr
         return lambda a: get_current_stream().ptr
     if kind == TORCH:
         current = compat.torch_stream_getter()
@@ -135,28 +137,32 @@ def same_stream(a: int, b: int) -> bool:
 
 # -- new outputs ------------------------------------------------------------------------------------
 def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: Sequence[int],
-              like_layout: bool = False) -> Callable[[Any, int, bool], tuple[Any, int]]:
-    """``(like, stream handle, current) -> (array, address)``: a new output of logical ``shape``,
-    stored C-contiguous in the order ``axes`` (outermost first), made by the library of ``kind``
-    (``like`` is the input it copies the device of; ``current``: the handle is that library's
-    current stream, on which it orders its own allocations). ``like_layout``: ``like`` has
-    that very shape, dtype and layout (its library may then copy them, for less)."""
-    if get_runtime().simulated:
+              like_layout: bool = False, device: int = 0) -> Callable[[Any, int, bool], tuple[Any, int]]:
+    """``(like, stream handle, current) -> (array, address)``: a new output of logical ``shape``
+    on ``device``, stored C-contiguous in the order ``axes`` (outermost first), made by the
+    library of ``kind`` (``like`` is the input it copies the device of; ``current``: the handle
+    is that library's current stream, on which it orders its own allocations). ``like_layout``:
+    ``like`` has that very shape, dtype and layout (its library may then copy them, for less)."""
+    runtime = get_runtime(device)
+    if runtime.simulated:
         kind = SIM
     axes = tuple(axes)
     storage = tuple(shape[a] for a in axes)
     identity = axes == tuple(range(len(axes)))
     back = axes if identity else tuple(int(i) for i in np.argsort(axes))  # logical -> stored
     if kind == CUPY:
-        return _cupy_allocator(storage, dtype, None if identity else back)
+        return _cupy_allocator(storage, dtype, None if identity else back,
+                               device if runtime.switching else None)
     if kind == TORCH:
         return _torch_allocator(storage, dtype, None if identity else back, like_layout)
     if kind == SIM:
         return lambda like, handle, current: _sim_output(storage, dtype, back)
-    return _numba_allocator(shape, storage, dtype, back)
+    return _numba_allocator(shape, storage, dtype, back, runtime)
 
 
-def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None) -> Callable:
+def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,
+                    device: int | None) -> Callable:
+    """CuPy allocates on its current device: ``device`` (several GPUs) is made that first."""
     import cupy
 
     def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
@@ -168,7 +174,14 @@ def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, 
                 out = cupy.ndarray(storage, dtype)
         return (out if back is None else out.transpose(back)), out.data.ptr
 
-    return allocate
+    if device is None:
+        return allocate
+
+    def allocate_on_device(like: Any, handle: int, current: bool) -> tuple[Any, int]:
+        with cupy.cuda.Device(device):
+            return allocate(like, handle, current)
+
+    return allocate_on_device
 
 
 def _torch_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,
@@ -197,16 +210,17 @@ def _sim_output(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...]
 
 
 def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np.dtype,
-                     back: tuple[int, ...]) -> Callable:
+                     back: tuple[int, ...], runtime: Any) -> Callable:
     nbytes = math.prod(storage) * dtype.itemsize
     stored = c_strides(storage, dtype.itemsize)
     strides = tuple(stored[b] for b in back)
-    runtime = get_runtime()
+    device = runtime.ordinal
 
     def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
         buffer = runtime.allocate(nbytes, runtime.stream(handle))
         address = address_of(buffer)
-        return compat.numba_device_array(address, buffer.size, buffer, shape, strides, dtype), address
+        return (compat.numba_device_array(address, buffer.size, buffer, shape, strides, dtype, device),
+                address)
 
     return allocate
 
@@ -217,20 +231,18 @@ def address_of(buffer: Any) -> int:
 
 
 # -- temporaries --------------------------------------------------------------------------------------
-def to_device(array: np.ndarray, stream: Any) -> tuple[int, Any]:
-    """Copy a host array to a new contiguous device buffer (a host input mixed with device
-    inputs); returns its address and the buffer, which must stay alive until the launch."""
-    runtime = get_runtime()
+def to_device(array: np.ndarray, runtime: Any, stream: Any) -> tuple[int, Any]:
+    """Copy a host array to a new contiguous buffer on ``runtime``'s device (a host input mixed
+    with device inputs); returns its address and the buffer, alive until the launch."""
     array = np.ascontiguousarray(array)
     buffer = runtime.allocate(array.nbytes, stream)
     runtime.copy(address_of(buffer), array.ctypes.data, array.nbytes, stream)
     return address_of(buffer), buffer
 
 
-def copy_span(address: int, lo: int, hi: int, stream: Any) -> tuple[int, Any]:
-    """A copy of the device bytes ``[address + lo, address + hi)``; returns the address in the
-    copy that corresponds to ``address``, and the buffer."""
-    runtime = get_runtime()
+def copy_span(address: int, lo: int, hi: int, runtime: Any, stream: Any) -> tuple[int, Any]:
+    """A copy of the device bytes ``[address + lo, address + hi)`` on ``runtime``'s device;
+    returns the address in the copy that corresponds to ``address``, and the buffer."""
     buffer = runtime.allocate(hi - lo, stream)
     runtime.copy(address_of(buffer), address + lo, hi - lo, stream)
     return address_of(buffer) - lo, buffer

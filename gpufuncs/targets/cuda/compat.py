@@ -94,26 +94,46 @@ def keyed_cache(dispatcher: Any, pyfunc: Callable[..., Any], key: str) -> None:
 
 
 @functools.cache
-def _numba_parts() -> tuple[Any, Any, Any]:
-    from numba import cuda
+def _numba_parts(device: int) -> tuple[Any, Any, Any]:
     from numba.cuda.cudadrv import driver
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-    return DeviceNDArray, driver, cuda.current_context()
+    # The device's primary context as Numba knows it: what Numba's own arrays on that device
+    # carry, and what ``numba_device`` reads back. (Called with that context current.)
+    context = driver.driver.get_device(device).get_primary_context()
+    context.prepare_for_use()
+    return DeviceNDArray, driver, context
+
+
+def numba_device(array: Any) -> int | None:
+    """The device of a Numba device array (``None`` for an empty one, which has no memory)."""
+    memory = array.gpu_data
+    return None if memory is None else memory.context.device.id
+
+
+def portable_pinned(nbytes: int) -> np.ndarray:
+    """Page-locked host memory pinned for every context (``CU_MEMHOSTALLOC_PORTABLE``), as a
+    byte array: ``numba.cuda.pinned_array`` pins for the current context only, and copies
+    another GPU makes from such memory run at pageable speed."""
+    from numba import cuda
+
+    buffer = cuda.current_context().memhostalloc(nbytes, portable=True)
+    return np.ndarray((nbytes,), np.uint8, buffer=buffer)
 
 
 _TEMPLATES: dict[tuple[Any, ...], Any] = {}
 
 
 def numba_device_array(address: int, nbytes: int, owner: Any, shape: tuple[int, ...],
-                       strides: tuple[int, ...], dtype: np.dtype) -> Any:
-    """A Numba ``DeviceNDArray`` over memory we own (``owner`` is kept alive with it).
+                       strides: tuple[int, ...], dtype: np.dtype, device: int = 0) -> Any:
+    """A Numba ``DeviceNDArray`` over memory we own on ``device`` (``owner`` is kept alive
+    with it).
 
     Numba's constructor re-derives the layout on every call (about 10 us); arrays of a shape
     already seen are cloned from a template and given their own memory pointer instead.
     """
-    device_array, driver, context = _numba_parts()
-    key = (shape, strides, dtype)
+    device_array, driver, context = _numba_parts(device)
+    key = (shape, strides, dtype, device)
     template = _TEMPLATES.get(key)
     if template is None:
         if len(_TEMPLATES) > 256:

@@ -22,6 +22,7 @@ from ...spec import KernelSpec
 from ..base import interrupts_deferred
 from .compat import SIMULATED, keyed_cache, loaded_kernel
 from .kernels import gufunc_kernel, ufunc_kernel
+from .runtime import get_runtime
 
 
 class CudaCompileError(RuntimeError):
@@ -56,16 +57,17 @@ class CudaKernels:
                 self._numba_object = numba_object(self.spec)
         return self._numba_object
 
-    def get(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...]) -> tuple[Any, int]:
-        """The launchable kernel for the loop dtype and Numba argument types (compiled and loaded
-        on first use), and the number of loop elements per thread."""
-        key = (loop_dtype, argtypes)
+    def get(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], device: int = 0) -> tuple[Any, int]:
+        """The launchable kernel for the loop dtype and Numba argument types on GPU ``device``
+        (compiled once, loaded per device, on first use), and the loop elements per thread."""
+        key = (loop_dtype, argtypes, device)
         found = self._launchable.get(key)
         if found is None:
             with self._lock:
                 found = self._launchable.get(key)
                 if found is None:
-                    found = (self._compile(loop_dtype, argtypes), elements_per_thread(self.spec, loop_dtype))
+                    found = (self._compile(loop_dtype, argtypes, device),
+                             elements_per_thread(self.spec, loop_dtype))
                     self._launchable[key] = found
         return found
 
@@ -85,12 +87,14 @@ class CudaKernels:
             self._dispatchers[loop_dtype] = found
         return found
 
-    def _compile(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...]) -> Any:
+    def _compile(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], device: int) -> Any:
         try:
             dispatcher = self._dispatcher(loop_dtype)
             if SIMULATED:
                 return dispatcher
-            with interrupts_deferred():  # see there: an interrupted first compile breaks Numba
+            # Numba compiles an overload once and loads its module per device, in the current
+            # context: that of ``device`` here.
+            with interrupts_deferred(), get_runtime(device).current():
                 return loaded_kernel(dispatcher.compile(argtypes))
         except Exception as exc:
             raise CudaCompileError(

@@ -44,11 +44,11 @@ def _device_reader(kind: str) -> Reader:
     return lambda obj, handle, keep: pointer(obj)
 
 
-def _host_reader(dtype: np.dtype | None) -> Reader:
+def _host_reader(dtype: np.dtype | None, runtime: Any) -> Reader:
     """A host array mixed with device arrays: copied to the device on every call."""
     def read(obj: Any, handle: int, keep: list) -> int:
         array = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=dtype)
-        address, buffer = arrays.to_device(array, get_runtime().stream(handle))
+        address, buffer = arrays.to_device(array, runtime, runtime.stream(handle))
         keep.append(buffer)
         return address
     return read
@@ -63,7 +63,7 @@ def _scalar_reader(dtype: np.dtype) -> Reader:
     return read
 
 
-def _scalar_getter(arg: Arg, dtype: np.dtype) -> Callable[[Any], Any] | None:
+def _scalar_getter(arg: Arg, dtype: np.dtype, simulated: bool) -> Callable[[Any], Any] | None:
     """``scalar -> value to pack``: NumPy's conversion to a float32 loop (inf where a float
     overflows it); a float64 parameter takes Python and NumPy scalars as they are.
 
@@ -73,7 +73,7 @@ def _scalar_getter(arg: Arg, dtype: np.dtype) -> Callable[[Any], Any] | None:
     simulator computes with the values it is given, so it gets NumPy scalars."""
     if arg.role == HOST:
         return None  # a one-element array
-    if dtype == np.float64 or arg.cls is dtype.type or (arg.cls is float and not get_runtime().simulated):
+    if dtype == np.float64 or arg.cls is dtype.type or (arg.cls is float and not simulated):
         return _same
     return dtype.type
 
@@ -97,16 +97,17 @@ def _device(arg: Arg, core: int) -> _Operand:
                     _device_getter(kind))
 
 
-def _input(arg: Arg, core: int, loop: np.dtype) -> _Operand:
+def _input(arg: Arg, core: int, loop: np.dtype, runtime: Any) -> _Operand:
     if arg.role == DEVICE:
         return _device(arg, core)
     size = int(np.prod(arg.shape)) if arg.role == HOST else 1
     if not core and size == 1:
-        return _Operand(_scalar_reader(loop), Layout.scalar(loop), get=_scalar_getter(arg, loop))
+        return _Operand(_scalar_reader(loop), Layout.scalar(loop),
+                        get=_scalar_getter(arg, loop, runtime.simulated))
     if arg.role != HOST:  # a scalar given for a core operand: a one-element array
-        return _Operand(_host_reader(loop), Layout.contiguous(arg.shape, loop, core=core))
+        return _Operand(_host_reader(loop, runtime), Layout.contiguous(arg.shape, loop, core=core))
     dtype = loop if core else None  # core operands are used in place: the loop's dtype
-    return _Operand(_host_reader(dtype), Layout.contiguous(arg.shape, dtype or arg.dtype, core=core))
+    return _Operand(_host_reader(dtype, runtime), Layout.contiguous(arg.shape, dtype or arg.dtype, core=core))
 
 
 def _output_axes(spec: KernelSpec, plan: Plan, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -125,29 +126,32 @@ def _identity_kernels() -> CudaKernels:
     return CudaKernels(IDENTITY)
 
 
-def cast_plan(src: Layout, dst: Layout) -> LaunchPlan:
+def cast_plan(src: Layout, dst: Layout, device: int = 0) -> LaunchPlan:
     """A launch copying ``src`` into ``dst`` (same shape), converting the dtype on the way."""
     loop = np.dtype(np.float64) if np.float64 in (src.dtype, dst.dtype) else np.dtype(np.float32)
     plain = [Layout(op.dtype, op.shape, op.strides) for op in (src, dst)]
-    return LaunchPlan(_identity_kernels(), loop, plain[:1], plain[1:], None, src.shape)
+    return LaunchPlan(_identity_kernels(), loop, plain[:1], plain[1:], None, src.shape, device)
 
 
 class _Staging:
     """A core operand of another dtype than the loop's, computed through a loop-dtype buffer."""
 
-    def __init__(self, index: int, given: Layout, loop: np.dtype, is_input: bool, keep_values: bool) -> None:
+    def __init__(self, index: int, given: Layout, loop: np.dtype, is_input: bool, keep_values: bool,
+                 device: int) -> None:
         self.index = index
         self.buffer = Layout.contiguous(given.shape, loop, core=given.core)
-        self.allocate = arrays.allocator(None, given.shape, loop, range(len(given.shape)))
-        self.before = cast_plan(given, self.buffer) if is_input or keep_values else None
-        self.after = None if is_input else cast_plan(self.buffer, given)
+        self.allocate = arrays.allocator(None, given.shape, loop, range(len(given.shape)), device=device)
+        self.before = cast_plan(given, self.buffer, device) if is_input or keep_values else None
+        self.after = None if is_input else cast_plan(self.buffer, given, device)
 
 
-def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
-    """The executor of a call signature with at least one device array."""
+def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> Executor:
+    """The executor of a call signature with at least one device array, all on ``device``
+    (called with that device's context current)."""
+    runtime = get_runtime(device)
     loop = plan.loop.dtype
     nin = spec.nin
-    operands = [_input(a, c, loop) for a, c in zip(plan.inputs, plan.cores)]
+    operands = [_input(a, c, loop, runtime) for a, c in zip(plan.inputs, plan.cores)]
     like = next((op.kind for op in operands if op.kind is not None), None)
     out_cores = plan.cores[nin:]
 
@@ -158,7 +162,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
             axes = _output_axes(spec, plan, shape)
             layout = Layout.contiguous(shape, plan.result_dtype, axes, core)
             allocators.append(arrays.allocator(like, shape, plan.result_dtype, axes,
-                                               like_layout=layout == first_layout))
+                                               like_layout=layout == first_layout, device=device))
             operands.append(_Operand(_taken, layout))
     else:
         for k, (o, core) in enumerate(zip(plan.outs, out_cores)):
@@ -169,7 +173,8 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
                 host_outs.append(k)
                 operands.append(_Operand(_taken, Layout.contiguous(o.shape, o.dtype, core=core)))
     host_allocators = {k: arrays.allocator(None, plan.outs[k].shape, plan.outs[k].dtype,
-                                           range(len(plan.outs[k].shape))) for k in host_outs}
+                                           range(len(plan.outs[k].shape)), device=device)
+                       for k in host_outs}
 
     mask = plan.where if plan.outs is not None else None  # masked-out new outputs are undefined
     where_mode = None
@@ -182,14 +187,14 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
             mask = None
         else:
             where_mode = "host"
-            operands.append(_Operand(_host_reader(None), Layout.contiguous(mask.shape, mask.dtype)))
+            operands.append(_Operand(_host_reader(None, runtime), Layout.contiguous(mask.shape, mask.dtype)))
 
-    staging = [_Staging(i, op.layout, loop, i < nin, mask is not None)
+    staging = [_Staging(i, op.layout, loop, i < nin, mask is not None, device)
                for i, op in enumerate(operands[: nin + spec.nout])
                if op.layout.core and op.layout.array and op.layout.dtype != loop]
     if plan.result_dtype == HALF and mask is None and plan.outs is not None:
         # The float16 loop rounds its results to float16, also on their way into a wider out=.
-        staging += [_Staging(nin + k, op.layout, HALF, False, False)
+        staging += [_Staging(nin + k, op.layout, HALF, False, False, device)
                     for k, op in enumerate(operands[nin: nin + spec.nout])
                     if op.layout.array and op.layout.dtype != HALF
                     and all(stage.index != nin + k for stage in staging)]
@@ -198,18 +203,17 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
         layouts[stage.index] = stage.buffer
     nout = spec.nout
     main = LaunchPlan(kernels, loop, layouts[:nin], layouts[nin:nin + nout],
-                      layouts[nin + nout] if mask is not None else None, plan.loop_shape)
+                      layouts[nin + nout] if mask is not None else None, plan.loop_shape, device)
 
     reads = [op.read for op in operands]
     kinds = [op.kind for op in operands]
     first = next((i for i, k in enumerate(kinds) if k is not None), None)
-    producers = [(i, arrays.producer_stream(k)) for i, k in enumerate(kinds) if k is not None]
+    producers = [(i, arrays.producer_stream(k, device)) for i, k in enumerate(kinds) if k is not None]
     # Without stream=, the call runs on the first array's stream; CuPy and torch arrays all
     # report their library's current stream, so only other kinds can need a wait.
     same = (arrays.CUPY, arrays.TORCH)
     others = [(i, p) for i, p in producers[1:] if not (kinds[i] == kinds[first] and kinds[i] in same)]
     pairs = _overlap_pairs([op.layout for op in operands], nin, nout)  # as given, not staged
-    runtime = get_runtime()
 
     def launch_stream(objs: list[Any], stream: Any) -> int:
         """The stream to launch on, after making it wait for the other operands' streams."""
@@ -227,7 +231,8 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
 
     read_each_call = [op for op in operands if op.read is not _taken]
     if not staging and not host_outs and where_mode != "scalar" and all(op.get for op in read_each_call):
-        return _fast_executor(main, operands, allocators, first, launch_stream, others, pairs)
+        return runtime.guarded(_fast_executor(main, operands, allocators, first, launch_stream, others,
+                                              pairs, runtime))
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         runtime.bind_thread()
@@ -257,25 +262,24 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
             if mask is not None:
                 values.append(reads[-1](where, handle, keep))
             if pairs:
-                keep += _read_before_write(values, pairs, handle)
+                keep += _read_before_write(values, pairs, handle, runtime)
         _launch(main, staging, values, handle, keep)
         for k in host_allocators:
-            _copy_back(keep, values[nin + k], outs[k], handle)
+            _copy_back(runtime, values[nin + k], outs[k], handle)
         return tuple(results)
 
-    return execute
+    return runtime.guarded(execute)
 
 
 def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[Callable],
                    first: int | None, launch_stream: Callable, others: list,
-                   pairs: tuple[_Overlap, ...]) -> Executor:
+                   pairs: tuple[_Overlap, ...], runtime: Any) -> Executor:
     """The executor of calls whose operands are all device arrays and scalars: each is read
     with one attribute access or cast, and nothing else is decided per call."""
     # Values taken as they are (scalars of the parameter's type) need no call: only the others
     # are read, in place in a copy of the operands (allocated outputs are never read).
     reads = [(i, op.get) for i, op in enumerate(operands) if op.get is not None and op.get is not _same]
-    stream_of = arrays.producer_stream(operands[first].kind) if first is not None else None
-    runtime = get_runtime()
+    stream_of = arrays.producer_stream(operands[first].kind, runtime.ordinal) if first is not None else None
     bind, launch = runtime.bind_thread, main.launch
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
@@ -297,7 +301,7 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
                 values.append(address)
             launch(values, handle)
             return tuple(results)
-        keep = _read_before_write(values, pairs, handle) if pairs else None  # alive until launched
+        keep = _read_before_write(values, pairs, handle, runtime) if pairs else None  # alive until launched
         launch(values, handle)
         del keep
         return outs
@@ -323,7 +327,8 @@ def _overlap_pairs(layouts: list[Layout], nin: int, nout: int) -> tuple[_Overlap
     return tuple((i, k, *spans[i], *spans[k], layouts[i] == layouts[k]) for i in reads for k in outs)
 
 
-def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: int) -> list[Any]:
+def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: int,
+                       runtime: Any) -> list[Any]:
     """Inputs (and the mask) that share memory with an output read from a copy of their bytes,
     unless they are that output element for element (``out=x`` on ``x``): threads run in no
     fixed order, and NumPy's result is that of a call that reads before it writes. Returns the
@@ -333,7 +338,7 @@ def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: i
         a, b = values[i], values[k]
         if a + lo < b + out_hi and b + out_lo < a + hi and not (same and a == b):
             # The copy is new memory: the later pairs of this operand no longer overlap.
-            values[i], buffer = arrays.copy_span(a, lo, hi, get_runtime().stream(handle))
+            values[i], buffer = arrays.copy_span(a, lo, hi, runtime, runtime.stream(handle))
             keep.append(buffer)
     return keep
 
@@ -354,8 +359,7 @@ def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle
         plan.launch([address, target], handle)
 
 
-def _copy_back(keep: list, address: int, host: np.ndarray, handle: int) -> None:
-    runtime = get_runtime()
+def _copy_back(runtime: Any, address: int, host: np.ndarray, handle: int) -> None:
     values = np.empty(host.shape, host.dtype)
     stream = runtime.stream(handle)
     runtime.copy(values.ctypes.data, address, values.nbytes, stream)

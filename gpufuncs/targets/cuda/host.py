@@ -11,6 +11,12 @@ While the CPU packs chunk ``c``, the GPU copies and computes chunks ``c-1`` and 
 copy engines move data both ways at once. GPU memory in use is bounded by the slots, not by the
 input size. Pinned buffers are kept between calls (allocating page-locked memory is slow).
 
+A GPU's slots form a *lane*; a call borrows one for its duration, so calls from
+:data:`LANES_PER_DEVICE` threads run at once on one GPU. With ``device="all"`` a call borrows a
+lane on every GPU and runs one pipeline per GPU, each in its own thread, all taking chunks from
+one shared sequence as they free a slot (a faster GPU simply takes more); results land in the
+same host arrays.
+
 New elementwise results are themselves allocated in pooled pinned memory (up to
 :data:`PINNED_RESULTS_BYTES`), so the GPU copies each chunk straight into the result: no unpack
 copy, and no page faults on fresh result memory, which cost more than the copy itself (measured:
@@ -20,12 +26,14 @@ ordinary NumPy array; its memory goes back to the pool when the array and all it
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import math
 import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -35,10 +43,12 @@ from ..base import Executor, Plan, read_before_write
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
-from .runtime import get_runtime
+from .runtime import Runtime, current_device, get_runtime
 
 #: Slots in flight (three: one packing, one on the GPU, one unpacking).
 SLOTS = 3
+#: Host pipelines that run at once on one GPU, each in a lane of its own (more callers wait).
+LANES_PER_DEVICE = 2
 #: Bytes of the widest operand per chunk (32 MiB: 13 chunks for 10**8 float32 values).
 CHUNK_BYTES = 32 << 20
 #: Copies larger than this are split across threads (NumPy releases the GIL while copying).
@@ -48,10 +58,7 @@ _THREADS = max(1, min(16, os.cpu_count() or 1))
 PINNED_RESULTS_BYTES = min(8 << 30, (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) // 8
                            if hasattr(os, "sysconf") else 1 << 30)
 
-_lock = threading.Lock()  # one host pipeline at a time: the slots' buffers and streams are shared
 _pool: ThreadPoolExecutor | None = None
-_pinned: dict[tuple[int, int], np.ndarray] = {}
-_streams: list[Any] = []
 
 
 def _copy(dst: np.ndarray, src: np.ndarray, where: Any = True) -> None:
@@ -72,12 +79,56 @@ def _copy(dst: np.ndarray, src: np.ndarray, where: Any = True) -> None:
         job.result()
 
 
-def _staging(slot: int, index: int, nbytes: int) -> np.ndarray:
-    """The pinned buffer ``index`` of ``slot``, grown as needed and kept for later calls."""
-    found = _pinned.get((slot, index))
-    if found is None or found.nbytes < nbytes:
-        found = _pinned[(slot, index)] = get_runtime().pinned(nbytes)
-    return found
+class _Lane:
+    """One GPU's slots: their streams and pinned staging buffers, kept between calls. A lane
+    serves one pipeline at a time (see :class:`_Lanes`)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.streams = [runtime.new_stream() for _ in range(SLOTS)]
+        self._pinned: dict[tuple[int, int], np.ndarray] = {}
+
+    def staging(self, slot: int, index: int, nbytes: int) -> np.ndarray:
+        """The pinned buffer ``index`` of ``slot``, grown as needed and kept for later calls."""
+        found = self._pinned.get((slot, index))
+        if found is None or found.nbytes < nbytes:
+            found = self._pinned[(slot, index)] = self.runtime.pinned(nbytes)
+        return found
+
+
+class _Lanes:
+    """The lanes of one GPU, made on first need, at most :data:`LANES_PER_DEVICE`."""
+
+    def __init__(self, device: int) -> None:
+        self.runtime = get_runtime(device)
+        self._free: list[_Lane] = []
+        self._lock = threading.Lock()
+        self._available = threading.BoundedSemaphore(LANES_PER_DEVICE)
+
+    @contextlib.contextmanager
+    def borrow(self) -> Iterator[_Lane]:
+        """A lane of this GPU for the block (waits while every lane is in use)."""
+        with self._available:
+            with self._lock:
+                lane = self._free.pop() if self._free else None
+            if lane is None:
+                lane = _Lane(self.runtime)
+            try:
+                yield lane
+            finally:
+                with self._lock:
+                    self._free.append(lane)
+
+
+@functools.cache
+def _lanes(device: int) -> _Lanes:
+    return _Lanes(device)
+
+
+@functools.cache
+def _device_threads(count: int) -> ThreadPoolExecutor:
+    """The threads that run the pipelines of a call on ``count`` GPUs."""
+    return ThreadPoolExecutor(count, thread_name_prefix="gpufuncs-device")
 
 
 class _PinnedBlock:
@@ -103,26 +154,20 @@ _free_blocks: dict[int, list[np.ndarray]] = {}
 _pinned_result_bytes = [0]
 
 
-def _pinned_result(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-    """A C-contiguous result in pooled pinned memory, or ``None`` when the pool is full."""
+def _pinned_result(shape: tuple[int, ...], dtype: np.dtype, runtime: Runtime) -> np.ndarray | None:
+    """A C-contiguous result in pooled pinned memory (portable: any GPU copies into it at full
+    speed), or ``None`` when the pool is full."""
     nbytes = math.prod(shape) * dtype.itemsize
     size = -(-max(nbytes, 1) // (2 << 20)) * (2 << 20)  # 2 MiB classes
     free = _free_blocks.get(size)
     if free:
         raw = free.pop()
     elif _pinned_result_bytes[0] + size <= PINNED_RESULTS_BYTES:
-        raw = get_runtime().pinned(size)
+        raw = runtime.pinned(size)
         _pinned_result_bytes[0] += size
     else:
         return None
     return np.asarray(_PinnedBlock(raw, nbytes)).view(dtype).reshape(shape)
-
-
-def _slot_streams() -> list[Any]:
-    runtime = get_runtime()
-    while len(_streams) < SLOTS:
-        _streams.append(runtime.new_stream())
-    return _streams
 
 
 def _chunks(loop_shape: tuple[int, ...], capacity: int,
@@ -140,6 +185,28 @@ def _chunks(loop_shape: tuple[int, ...], capacity: int,
         return
     for i in range(loop_shape[0]):
         yield from _chunks(loop_shape[1:], capacity, (*prefix, i))
+
+
+class _Chunks:
+    """The chunks of one call, handed to the pipelines of its GPUs as they ask (thread-safe);
+    after :meth:`stop` none is handed out any more."""
+
+    def __init__(self, loop_shape: tuple[int, ...], capacity: int) -> None:
+        self._chunks = _chunks(loop_shape, capacity)
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def __iter__(self) -> _Chunks:
+        return self
+
+    def __next__(self) -> tuple[Any, ...]:
+        with self._lock:
+            if self._stopped:
+                raise StopIteration
+            return next(self._chunks)
+
+    def stop(self) -> None:
+        self._stopped = True
 
 
 class _Pipeline:
@@ -186,26 +253,33 @@ class _Pipeline:
         self.where = None if self.where is None else self.where.reshape(n)
         self.loop_shape = (n,)
 
-    def run(self, stream: Any) -> None:
-        runtime = get_runtime()
-        streams = _slot_streams()
+    def run(self, lane: _Lane, chunks: Iterator[tuple[Any, ...]], stream: Any) -> None:
+        """Run ``chunks`` through ``lane``'s slots (its GPU's context current)."""
+        streams = lane.streams
         if stream is not None:
-            user = runtime.stream(stream_handle(stream))
+            user = lane.runtime.stream(stream_handle(stream))
             for s in streams:
                 s.wait(user)  # start after the caller's pending work on its stream
         pending: list[Any] = [None] * SLOTS
-        for c, index in enumerate(_chunks(self.loop_shape, self.capacity)):
-            slot = c % SLOTS
-            if pending[slot] is not None:
-                self._finish(*pending[slot])
-            pending[slot] = self._issue(slot, index, streams[slot])
-        for c in range(SLOTS):
-            if pending[c] is not None:
-                self._finish(*pending[c])
+        try:
+            for c, index in enumerate(chunks):
+                slot = c % SLOTS
+                if pending[slot] is not None:
+                    self._finish(*pending[slot])
+                pending[slot] = self._issue(lane, slot, index, streams[slot])
+            for c in range(SLOTS):
+                if pending[c] is not None:
+                    self._finish(*pending[c])
+        except BaseException:
+            # Copies in flight write into the results and the lane's buffers: let them land
+            # before the caller (or the next user of the lane) can reuse that memory.
+            for s in streams:
+                s.sync()
+            raise
 
-    def _issue(self, slot: int, index: tuple[Any, ...], stream: Any) -> tuple[Any, ...]:
+    def _issue(self, lane: _Lane, slot: int, index: tuple[Any, ...], stream: Any) -> tuple[Any, ...]:
         """Pack chunk ``index`` and queue its copies and kernel on ``stream``."""
-        runtime = get_runtime()
+        runtime = lane.runtime
         values: list[Any] = []
         layouts: list[Layout] = []
         keep: list[Any] = []
@@ -218,7 +292,7 @@ class _Pipeline:
             part = view[index]
             dtype = loop if self.cores[k] else part.dtype  # core operands are used in place
             nbytes = part.size * dtype.itemsize
-            host = _staging(slot, k, nbytes)[:nbytes].view(dtype).reshape(part.shape)
+            host = lane.staging(slot, k, nbytes)[:nbytes].view(dtype).reshape(part.shape)
             _copy(host, part)
             buffer = runtime.allocate(nbytes, stream)
             runtime.copy(address_of(buffer), host.ctypes.data, nbytes, stream)
@@ -235,7 +309,7 @@ class _Pipeline:
             outs.append((address_of(buffer), part.shape, dtype, core))
             keep.append(buffer)
         chunk_shape = np.broadcast_to(np.empty((), bool), self.loop_shape)[index].shape
-        self.launches.get(layouts, chunk_shape).launch(values, int(stream.handle))
+        self.launches.get(layouts, chunk_shape, runtime.ordinal).launch(values, int(stream.handle))
         staged: list[np.ndarray | None] = []
         for k, (address, shape, dtype, _) in enumerate(outs):
             if self.direct[k]:
@@ -244,7 +318,7 @@ class _Pipeline:
                 staged.append(None)
                 continue
             nbytes = math.prod(shape) * dtype.itemsize
-            host = _staging(slot, len(self.views) + k, nbytes)[:nbytes].view(dtype)
+            host = lane.staging(slot, len(self.views) + k, nbytes)[:nbytes].view(dtype)
             runtime.copy(host.ctypes.data, address, nbytes, stream)
             staged.append(host)
         return index, outs, staged, stream.record(), keep
@@ -263,21 +337,21 @@ class _Pipeline:
 
 
 class _Launches:
-    """The launch plans of one call signature's chunks (a full chunk, and the last one)."""
+    """The launch plans of one call signature's chunks (a full chunk and the last one, per GPU)."""
 
     def __init__(self, spec: KernelSpec, kernels: CudaKernels, loop: np.dtype) -> None:
         self.spec, self.kernels, self.loop = spec, kernels, loop
         self._plans: dict[Any, LaunchPlan] = {}
 
-    def get(self, layouts: list[Layout], shape: tuple[int, ...]) -> LaunchPlan:
-        key = (tuple(layouts), shape)
+    def get(self, layouts: list[Layout], shape: tuple[int, ...], device: int) -> LaunchPlan:
+        key = (tuple(layouts), shape, device)
         found = self._plans.get(key)
         if found is None:
-            if len(self._plans) > 8:
+            if len(self._plans) > 32:
                 self._plans.clear()
             nin = self.spec.nin
             found = self._plans[key] = LaunchPlan(self.kernels, self.loop, layouts[:nin], layouts[nin:],
-                                                  None, shape)
+                                                  None, shape, device)
         return found
 
 
@@ -311,42 +385,79 @@ def _by_value(value: Any, dtype: np.dtype, core: int) -> Any | None:
     return dtype.type(value)
 
 
-def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan) -> Executor:
-    """The executor of a call signature on host arrays: results are host arrays, as on cpu."""
+def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan,
+            devices: tuple[int, ...] | None) -> Executor:
+    """The executor of a call signature on host arrays: results are host arrays, as on cpu.
+    ``devices``: the GPUs to split the work across (``None``: the caller's current GPU)."""
     launches = _Launches(spec, kernels, plan.loop.dtype)
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        return run(spec, launches, plan, list(inputs), outs, where, stream)
+        on = devices if devices is not None else (current_device(),)
+        if stream is not None and len(on) > 1:
+            raise ValueError(f"{spec.name}: stream= belongs to one GPU; with device='all' the call "
+                             "runs on streams of its own on every GPU (pass device=k with a stream "
+                             "of GPU k instead)")
+        return run(spec, launches, plan, list(inputs), outs, where, stream, on)
 
     return execute
 
 
 def run(spec: KernelSpec, launches: _Launches, plan: Plan, inputs: list[Any],
-        outs: tuple[np.ndarray, ...] | None, where: Any, stream: Any) -> tuple[np.ndarray, ...]:
-    """Execute ``plan`` on host arrays through the GPU, in pipelined chunks."""
+        outs: tuple[np.ndarray, ...] | None, where: Any, stream: Any,
+        devices: tuple[int, ...] = (0,)) -> tuple[np.ndarray, ...]:
+    """Execute ``plan`` on host arrays through the GPUs ``devices``, in pipelined chunks."""
     if where is not True and outs is None:
         where = True  # like NumPy, masked positions of a new output are undefined
     if math.prod(plan.loop_shape) == 0:
         return outs or tuple(np.empty(s, plan.result_dtype, order=plan.order) for s in plan.out_shapes)
-    runtime = get_runtime()
-    runtime.bind_thread()
-    with _lock:
-        if outs is not None:
-            inputs = read_before_write(inputs, outs)
-            where = read_before_write([where], outs)[0]
-            results, direct = outs, [False] * len(outs)
-        else:
-            results, direct = _new_results(spec, plan)
-        _Pipeline(spec, launches, plan, inputs, results, where, direct).run(stream)
+    if outs is not None:
+        inputs = read_before_write(inputs, outs)
+        where = read_before_write([where], outs)[0]
+        results, direct = outs, [False] * len(outs)
+    else:
+        results, direct = _new_results(spec, plan, get_runtime(devices[0]))
+    pipeline = _Pipeline(spec, launches, plan, inputs, results, where, direct)
+    chunks = _Chunks(pipeline.loop_shape, pipeline.capacity)
+    if len(devices) == 1:
+        _run_on(pipeline, devices[0], chunks, stream)
+    else:
+        _run_on_all(pipeline, devices, chunks)
     return results
 
 
-def _new_results(spec: KernelSpec, plan: Plan) -> tuple[tuple[np.ndarray, ...], list[bool]]:
+def _run_on(pipeline: _Pipeline, device: int, chunks: _Chunks, stream: Any) -> None:
+    """``pipeline``'s chunks (or those left for this GPU) through a lane of ``device``."""
+    lanes = _lanes(device)
+    try:
+        with lanes.runtime.current(), lanes.borrow() as lane:
+            pipeline.run(lane, chunks, stream)
+    except BaseException:
+        chunks.stop()  # the other GPUs' pipelines take no further chunk
+        raise
+
+
+def _run_on_all(pipeline: _Pipeline, devices: tuple[int, ...], chunks: _Chunks) -> None:
+    """One pipeline per GPU, each in a thread of its own, sharing ``chunks``. On any failure
+    (or Ctrl-C in the caller) no further chunk is handed out, and every thread is waited for
+    before the first error is raised: nothing writes into the results after the call ends."""
+    threads = _device_threads(len(devices))
+    jobs = [threads.submit(_run_on, pipeline, d, chunks, None) for d in devices]
+    try:
+        wait(jobs)
+    except BaseException:  # Ctrl-C while waiting
+        chunks.stop()
+        wait(jobs)
+        raise
+    for job in jobs:
+        job.result()
+
+
+def _new_results(spec: KernelSpec, plan: Plan, runtime: Runtime) -> tuple[tuple[np.ndarray, ...], list[bool]]:
     results, direct = [], []
     for shape in plan.out_shapes:
         pinned = None
         if spec.layout is None and (plan.order == "C" or len(shape) < 2):
-            pinned = _pinned_result(shape, plan.result_dtype)
+            pinned = _pinned_result(shape, plan.result_dtype, runtime)
         results.append(pinned if pinned is not None else np.empty(shape, plan.result_dtype,
                                                                    order=plan.order))
         direct.append(pinned is not None)

@@ -249,7 +249,7 @@ def _indexing(operands: list[Layout],
 
 
 class LaunchPlan:
-    """One kernel launch over ``loop_shape`` for operands of fixed layouts.
+    """One kernel launch over ``loop_shape`` for operands of fixed layouts, on GPU ``device``.
 
     :attr:`launch` takes the per-call values in order: for each input its pointer (an array) or
     its value (a scalar, in the loop dtype), then each output's pointer, then the ``where``
@@ -257,7 +257,7 @@ class LaunchPlan:
     """
 
     def __init__(self, kernels: Any, loop_dtype: np.dtype, inputs: list[Layout], outputs: list[Layout],
-                 where: Layout | None, loop_shape: tuple[int, ...]) -> None:
+                 where: Layout | None, loop_shape: tuple[int, ...], device: int = 0) -> None:
         # No launch when every output is empty (an output core dimension of 0): there is nothing
         # to write, and such operands have no valid extent to describe to the kernel.
         empty = bool(outputs) and all(0 in op.shape for op in outputs)
@@ -285,9 +285,9 @@ class LaunchPlan:
         else:
             self.params = (tuple(p for p, _ in params), tuple(s for _, s in params), w, sw, shape, self.n)
         argtypes = tuple(_numba_type(p) for p in self.params)
-        self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes)
+        self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes, device)
         self.blocks = -(-self.n // (BLOCK * per_thread))
-        runtime = get_runtime()
+        runtime = get_runtime(device)
         #: ``launch(values, handle)``: launch on the stream ``handle`` with this call's pointers
         #: and scalars (see the class docstring). One closure from the runtime, which packs the
         #: values and calls the driver: a small call's launch costs two Python calls.

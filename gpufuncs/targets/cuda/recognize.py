@@ -44,6 +44,47 @@ def torch_dtype(tensor: Any) -> np.dtype:
     return found
 
 
+def _several_devices() -> bool:
+    """Whether this process sees more than one GPU (then arrays are asked for their device).
+    Only asked about an existing device array: its library has initialised CUDA already."""
+    from .runtime import device_count
+
+    try:
+        return device_count() > 1
+    except Exception:  # no usable driver or bindings: the call is refused later, with the reason
+        return False
+
+
+def _pointer_device(address: int) -> int | None:
+    """The device ordinal of a device address (``None`` for 0, an empty array's address)."""
+    if not address:
+        return None
+    from cuda.bindings import driver
+
+    attribute = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    err, device = driver.cuPointerGetAttribute(attribute, address)
+    if int(err) != 0:
+        raise TypeError(f"cannot tell the device of address {address:#x}: CUDA error {err!r}")
+    return int(device)
+
+
+def device_of(obj: Any) -> int | None:
+    """The device a CUDA array of any kind lives on (``None``: an empty array, no memory)."""
+    cls = type(obj)
+    library = library_of(cls)
+    if library == "torch":
+        return obj.get_device()
+    if library == "cupy":
+        return obj.data.device_id
+    if getattr(cls, "__cuda_ndarray__", False):
+        from .compat import is_sim_array, numba_device
+
+        return 0 if is_sim_array(cls) else numba_device(obj)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _pointer_device(obj.__cuda_array_interface__["data"][0] or 0)
+    return int(obj.__dlpack_device__()[1])
+
+
 def dlpack_view(obj: Any) -> Any:
     """Metadata of a DLPack-only object (no stream ordering: nothing is read yet)."""
     from cuda.core.utils import StridedMemoryView
@@ -78,6 +119,12 @@ class CudaArrays(DeviceArrays):
         return self.owns
 
     def describe(self, obj: Any) -> Arg:
+        arg = self._layout(obj)
+        # With one GPU every array is on device 0, and nothing needs to ask.
+        device = device_of(obj) if _several_devices() else 0
+        return Arg(DEVICE, arg.cls, arg.dtype, arg.shape, arg.strides, device)
+
+    def _layout(self, obj: Any) -> Arg:
         cls = type(obj)
         library = library_of(cls)
         if library == "torch":
@@ -101,7 +148,10 @@ class CudaArrays(DeviceArrays):
         # C-contiguous arrays of one shape and dtype are alike in every decision (strides of
         # length-1 dimensions, the only ones that may differ, are never used): the flag, where
         # the library has a cheap one, stands in for the strides, which it would build anew.
+        # The device is part of the key only where there are several (torch's is read anyway).
         library = library_of(cls)
+        if (library == "cupy" or getattr(cls, "__cuda_ndarray__", False)) and _several_devices():
+            return lambda obj: (cls, obj.dtype, obj.shape, obj.strides, device_of(obj))
         if library == "cupy" and hasattr(cls, "_c_contiguous"):
             return lambda obj: (cls, obj.dtype, obj.shape, True if obj._c_contiguous else obj.strides)
         if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):

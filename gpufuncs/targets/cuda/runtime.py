@@ -11,12 +11,13 @@ path (only the last step, handing arguments to the kernel, differs).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,11 +61,18 @@ class _SimStream:
 
 
 class Runtime:
-    """CUDA through ``cuda.core``: streams by handle, a stream-ordered pool, copies, launches."""
+    """One GPU through ``cuda.core``: streams by handle, a stream-ordered pool, copies, launches.
+
+    There is one runtime per device (:func:`get_runtime`). On a machine with one GPU its primary
+    context is made current in each thread that uses it, once, and left there. With several GPUs
+    calls switch contexts, so each runtime makes its device's context current around its work
+    (:meth:`activate`, :meth:`current`, :meth:`guarded`) and puts the caller's back after it:
+    a CuPy user inside ``with cupy.cuda.Device(1):`` stays on device 1.
+    """
 
     simulated = False
 
-    def __init__(self) -> None:
+    def __init__(self, device: int = 0) -> None:
         from cuda.bindings import driver
         from cuda.core import (
             LEGACY_DEFAULT_STREAM,
@@ -77,9 +85,15 @@ class Runtime:
 
         self._driver, self._launch_kernel = driver, driver.cuLaunchKernel
         self._stream_type = Stream
-        self.device = Device()
-        self.device.set_current()  # the primary context, which numba, CuPy and torch share
+        self.ordinal = device
+        #: Whether calls must switch to this device's context and back (several GPUs visible).
+        self.switching = device_count() > 1
+        self.device = Device(device)
         self._local = threading.local()
+        previous = driver.cuCtxGetCurrent()[1]
+        self.device.set_current()  # the primary context, which numba, CuPy and torch share
+        self._context = driver.cuCtxGetCurrent()[1]
+        self._context_id = int(self._context)
         self._local.current = True
         self._streams: dict[int, Any] = {0: LEGACY_DEFAULT_STREAM, 1: LEGACY_DEFAULT_STREAM,
                                          2: PER_THREAD_DEFAULT_STREAM}
@@ -94,6 +108,8 @@ class Runtime:
         except Exception as exc:  # only slower allocations after a synchronize
             warnings.warn(f"gpufuncs: could not keep the CUDA memory pool reserved: {exc}",
                           RuntimeWarning, stacklevel=2)
+        if self.switching and int(previous) not in (0, self._context_id):
+            self.restore(previous)  # creating a runtime changes no one's current device
 
     def set_pool_attribute(self, name: str, value: int) -> None:
         """Set ``CU_MEMPOOL_ATTR_<name>`` of the target's pool (e.g. ``USED_MEM_HIGH`` to 0)."""
@@ -119,10 +135,53 @@ class Runtime:
             raise RuntimeError(f"CUDA error {err!r} while {what}")
 
     def bind_thread(self) -> None:
-        """Make the device current in this thread (cuda.core needs it per thread)."""
+        """Make the device current in this thread (cuda.core needs it per thread), once: with
+        one GPU nothing else changes the context. (With several, :meth:`guarded` switches.)"""
         if not getattr(self._local, "current", False):
-            self.device.set_current()
+            if not self.switching:
+                self.device.set_current()
             self._local.current = True
+
+    def activate(self) -> Any:
+        """Make this device's context current; returns the context to put back after the work
+        (``None``: nothing to put back, the context was current or the thread had none)."""
+        drv = self._driver
+        previous = drv.cuCtxGetCurrent()[1]
+        if int(previous) == self._context_id:
+            return None
+        (err,) = drv.cuCtxSetCurrent(self._context)
+        self._check(err, f"making device {self.ordinal}'s context current")
+        return previous if int(previous) else None
+
+    def restore(self, previous: Any) -> None:
+        """Put back the context that :meth:`activate` replaced."""
+        if previous is not None:
+            (err,) = self._driver.cuCtxSetCurrent(previous)
+            self._check(err, "restoring the caller's CUDA context")
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        """This device's context current in the block, the caller's put back after it."""
+        previous = self.activate()
+        try:
+            yield
+        finally:
+            self.restore(previous)
+
+    def guarded(self, execute: Callable[..., Any]) -> Callable[..., Any]:
+        """``execute`` run in this device's context (several GPUs), or ``execute`` itself: with
+        one GPU the context is bound once per thread and a call pays nothing for devices."""
+        if not self.switching:
+            return execute
+        activate, restore = self.activate, self.restore
+
+        def in_context(*args: Any) -> Any:
+            previous = activate()
+            try:
+                return execute(*args)
+            finally:
+                restore(previous)
+        return in_context
 
     def stream(self, handle: int) -> Any:
         """The ``cuda.core`` stream for a raw ``cudaStream_t`` value (wrappers are cached)."""
@@ -133,8 +192,9 @@ class Runtime:
         return found
 
     def new_stream(self) -> Any:
-        """A new non-blocking stream owned by the target."""
-        return self.device.create_stream()
+        """A new non-blocking stream of this device, owned by the target."""
+        with self.current():
+            return self.device.create_stream()
 
     def allocate(self, nbytes: int, stream: Any) -> Any:
         """Device memory from the pool, ordered on ``stream`` (freed there when dropped).
@@ -169,7 +229,8 @@ class Runtime:
         """The ``CUfunction`` of a loaded ``CUkernel`` in the current context."""
         found = self._functions.get(kernel)
         if found is None:
-            err, found = self._driver.cuKernelGetFunction(kernel)
+            with self.current():
+                err, found = self._driver.cuKernelGetFunction(kernel)
             self._check(err, "getting a kernel's function")
             self._functions[kernel] = found
         return found
@@ -204,12 +265,16 @@ class Runtime:
                 self._check(err, "launching a kernel")
         return launch_bindings
 
-    @staticmethod
-    def pinned(nbytes: int) -> np.ndarray:
-        """Page-locked host memory (DMA-able at full PCIe speed), as a byte array."""
-        from numba import cuda
+    def pinned(self, nbytes: int) -> np.ndarray:
+        """Page-locked host memory (DMA-able at full PCIe speed), as a byte array; portable:
+        pinned for every GPU's context, so any device's copies run at full speed from it."""
+        from .compat import portable_pinned
 
-        return cuda.pinned_array(max(nbytes, 1), np.uint8)
+        with self.current():
+            return portable_pinned(max(nbytes, 1))
+
+
+_SIM_LAUNCHES = threading.Lock()
 
 
 class SimRuntime(Runtime):
@@ -217,11 +282,18 @@ class SimRuntime(Runtime):
 
     simulated = True
 
-    def __init__(self) -> None:  # nothing of the real runtime is needed
+    def __init__(self, device: int = 0) -> None:  # nothing of the real runtime is needed
         self._streams: dict[int, Any] = {}
+        self.ordinal, self.switching = device, False
 
     def bind_thread(self) -> None:
         """Nothing to bind."""
+
+    def activate(self) -> None:
+        """There are no contexts."""
+
+    def restore(self, previous: Any) -> None:
+        """There are no contexts."""
 
     def stream(self, handle: int) -> Any:
         return self._streams.setdefault(handle, _SimStream(handle))
@@ -238,19 +310,63 @@ class SimRuntime(Runtime):
     def launcher(self, kernel: Any, blocks: int,
                  pack: Callable[[Sequence[Any]], Any]) -> Callable[[Sequence[Any], int], None]:
         """``launch(values, handle)``: ``kernel`` is the ``cuda.jit`` dispatcher here, and
-        ``pack(values)`` its logical arguments."""
+        ``pack(values)`` its logical arguments. The simulator swaps the kernel's ``cuda``
+        global for its own during a launch, so launches from several threads run one at a time."""
         def launch(values: Sequence[Any], handle: int) -> None:
-            kernel[blocks, BLOCK](*pack(values))
+            with _SIM_LAUNCHES:
+                kernel[blocks, BLOCK](*pack(values))
         return launch
 
-    @staticmethod
-    def pinned(nbytes: int) -> np.ndarray:
+    def pinned(self, nbytes: int) -> np.ndarray:
         return np.empty(max(nbytes, 1), np.uint8)
 
 
 @functools.cache
-def get_runtime() -> Runtime:
-    """The process-wide runtime (created on the first cuda call, never at import)."""
-    return SimRuntime() if SIMULATED else Runtime()
+def device_count() -> int:
+    """The number of CUDA devices this process sees (1 under the simulator)."""
+    if SIMULATED:
+        return 1
+    from cuda.bindings import driver
+
+    (err,) = driver.cuInit(0)
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA error {err!r} while initialising the driver")
+    err, count = driver.cuDeviceGetCount()
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA error {err!r} while counting devices")
+    return int(count)
+
+
+def current_device() -> int:
+    """The device of the calling thread's current context (0 when it has none), where host
+    arrays run without ``device=``, as CuPy's and torch's current device."""
+    if device_count() == 1:
+        return 0
+    from cuda.bindings import driver
+
+    if not int(driver.cuCtxGetCurrent()[1]):
+        return 0
+    err, device = driver.cuCtxGetDevice()
+    return int(device) if int(err) == 0 else 0
+
+
+_runtimes: dict[int, Runtime] = {}
+_runtimes_lock = threading.Lock()
+
+
+def get_runtime(device: int = 0) -> Runtime:
+    """The runtime of GPU ``device`` (created on its first use, never at import; one per GPU)."""
+    found = _runtimes.get(device)
+    if found is None:
+        with _runtimes_lock:
+            found = _runtimes.get(device)
+            if found is None:
+                found = _runtimes[device] = SimRuntime(device) if SIMULATED else Runtime(device)
+    return found
+
+
+def existing_runtimes() -> list[Runtime]:
+    """The runtimes created so far (none before the first cuda call)."""
+    return list(_runtimes.values())
 
 
