@@ -35,6 +35,16 @@ pytestmark = pytest.mark.cuda
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 SHAPE, CHUNK = ((6, 5), 16) if SIMULATED else ((512, 96), 1 << 12)
 
+#: Set in a subprocess of :func:`test_every_array_kind_through_the_multi_gpu_machinery`: the
+#: process is told it sees this many GPUs (it uses only GPU 0), so each call takes the several-GPU
+#: path (devices read from the arrays and keyed, contexts switched and put back, CuPy's stream
+#: and allocation per device) on a machine with one.
+PRETENDED_GPUS = int(os.environ.get("GPUFUNCS_TEST_PRETEND_GPUS", "0"))
+if PRETENDED_GPUS:
+    from gpufuncs.targets.cuda import runtime as _runtime
+
+    _runtime.device_count = lambda: PRETENDED_GPUS
+
 
 @pytest.fixture(scope="module")
 def cuda():
@@ -204,6 +214,64 @@ def test_results_live_on_the_device_of_their_inputs(cuda):
     assert gf.exp(cp.asarray(x)).device.id == 0
     torch = pytest.importorskip("torch")
     assert gf.exp(torch.from_numpy(x).cuda()).device == torch.device("cuda", 0)
+
+
+class CaiOnly:
+    """Any object with the CUDA array interface (v3) and nothing else."""
+
+    def __init__(self, array):
+        self._array = array
+        self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+
+class DLPackOnly:
+    """A CUDA DLPack producer without the CUDA array interface."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+@pytest.mark.skipif(SIMULATED, reason="the simulator has no contexts to switch")
+def test_every_array_kind_through_the_multi_gpu_machinery(cuda):
+    """Device arrays of every kind, in a process that sees two GPUs as far as gpufuncs knows:
+    the same values as the host path, results on GPU 0 and of the input's kind."""
+    import subprocess
+    import sys
+
+    if not PRETENDED_GPUS:
+        env = {**os.environ, "GPUFUNCS_TEST_PRETEND_GPUS": "2"}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+                               "-k", "test_every_array_kind_through_the_multi_gpu_machinery"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-6000:] + proc.stderr[-3000:]
+        return
+    from gpufuncs.targets.cuda.recognize import device_of
+    from gpufuncs.targets.cuda.runtime import get_runtime
+
+    cp, torch = pytest.importorskip("cupy"), pytest.importorskip("torch")
+    kinds = {"numba": cuda.to_device, "cupy": cp.asarray, "torch": lambda a: torch.from_numpy(a).cuda(),
+             "cai": lambda a: CaiOnly(cp.asarray(a)), "dlpack": lambda a: DLPackOnly(cp.asarray(a))}
+    for name, args in kernel_cases(np.random.default_rng(8), (200, 30)).items():
+        kernel = gf.registry[name]
+        expected = kernel(*args, target="cuda", device=0)  # the host path, through GPU 0
+        for kind, move in kinds.items():
+            on_gpu = [move(a) if isinstance(a, np.ndarray) and a.ndim else a for a in args]
+            result = kernel(*on_gpu)
+            assert device_of(result) == 0, (name, kind)
+            np.testing.assert_array_equal(as_host(result), expected, err_msg=f"{name} {kind}")
+            again = kernel(*on_gpu)  # the resolved call, keyed with the device
+            np.testing.assert_array_equal(as_host(again), expected, err_msg=f"{name} {kind} again")
+        out = cp.zeros(expected.shape, cp.float32)
+        assert kernel(*(cp.asarray(a) if isinstance(a, np.ndarray) and a.ndim else a for a in args),
+                      out=out) is out
+        np.testing.assert_array_equal(out.get(), expected)
+    assert get_runtime(0).switching
 
 
 # -- two GPUs -----------------------------------------------------------------------------------------
