@@ -146,8 +146,9 @@ class Runtime:
         """Make this device's context current; returns the context to put back after the work
         (``None``: nothing to put back, the context was current or the thread had none)."""
         drv = self._driver
-        previous = drv.cuCtxGetCurrent()[1]
-        if int(previous) == self._context_id:
+        err, previous = drv.cuCtxGetCurrent()
+        if err or int(previous) == self._context_id:
+            # err: no usable driver here (a forked child): the work itself reports why.
             return None
         (err,) = drv.cuCtxSetCurrent(self._context)
         self._check(err, f"making device {self.ordinal}'s context current")
