@@ -108,7 +108,7 @@ class Runtime:
         except Exception as exc:  # only slower allocations after a synchronize
             warnings.warn(f"gpufuncs: could not keep the CUDA memory pool reserved: {exc}",
                           RuntimeWarning, stacklevel=2)
-        if self.switching and int(previous) not in (0, self._context_id):
+        if self.switching and previous is not None and int(previous) not in (0, self._context_id):
             self.restore(previous)  # creating a runtime changes no one's current device
 
     def set_pool_attribute(self, name: str, value: int) -> None:
