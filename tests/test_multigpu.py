@@ -216,27 +216,6 @@ def test_results_live_on_the_device_of_their_inputs(cuda):
     assert gf.exp(torch.from_numpy(x).cuda()).device == torch.device("cuda", 0)
 
 
-class CaiOnly:
-    """Any object with the CUDA array interface (v3) and nothing else."""
-
-    def __init__(self, array):
-        self._array = array
-        self.__cuda_array_interface__ = array.__cuda_array_interface__
-
-
-class DLPackOnly:
-    """A CUDA DLPack producer without the CUDA array interface."""
-
-    def __init__(self, array):
-        self._array = array
-
-    def __dlpack__(self, **kwargs):
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self._array.__dlpack_device__()
-
-
 @pytest.mark.skipif(SIMULATED, reason="the simulator has no contexts to switch")
 def test_every_array_kind_through_the_multi_gpu_machinery(cuda):
     """Device arrays of every kind, in a process that sees two GPUs as far as gpufuncs knows:
@@ -251,6 +230,8 @@ def test_every_array_kind_through_the_multi_gpu_machinery(cuda):
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-6000:] + proc.stderr[-3000:]
         return
+    from test_cuda import CaiOnly, DLPackOnly
+
     from gpufuncs.targets.cuda.recognize import device_of
     from gpufuncs.targets.cuda.runtime import get_runtime
 
