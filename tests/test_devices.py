@@ -37,8 +37,8 @@ def plan(*inputs, outs=None, where=None, device=None, kernel=gf.clamp):
                 cores=(0,) * (spec.nin + spec.nout))
 
 
-def devices(p, count=2, current=0, kernel=gf.clamp):
-    return call_devices(kernel.spec, p, count, current)
+def devices(p, count=2, kernel=gf.clamp):
+    return call_devices(kernel.spec, p, count)
 
 
 def test_device_arrays_run_where_they_live():
@@ -48,8 +48,8 @@ def test_device_arrays_run_where_they_live():
 
 
 def test_host_arrays_run_on_device_or_the_current_gpu():
-    assert devices(plan(host(), host(), host())) == (0,)
-    assert devices(plan(host(), host(), host()), current=1) == (1,)
+    assert devices(plan(host(), host(), host())) is None  # each call's current GPU
+    assert devices(plan(host(), host(), host()), count=1) is None
     assert devices(plan(host(), host(), host(), device=1)) == (1,)
     assert devices(plan(host(), host(), host(), device=np.int64(1))) == (1,)
     assert devices(plan(host(), host(), host(), device="all"), count=3) == (0, 1, 2)

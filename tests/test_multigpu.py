@@ -91,8 +91,8 @@ def played_by_lanes(monkeypatch, count: int = 2) -> None:
 
     real = cuda_target.call_devices
 
-    def lanes_of_gpu0(spec, plan, count_, current=0):
-        return (0,) * count if plan.device == "all" else real(spec, plan, count_, current)
+    def lanes_of_gpu0(spec, plan, count_):
+        return (0,) * count if plan.device == "all" else real(spec, plan, count_)
 
     monkeypatch.setattr(cuda_target, "call_devices", lanes_of_gpu0)
 
@@ -192,6 +192,20 @@ def test_device_keyword_on_host_arrays_and_its_errors(cuda):
         gf.exp(cuda.to_device(x), device="all")
     on_device = gf.exp(cuda.to_device(x), device=0)
     np.testing.assert_array_equal(as_host(on_device), ref)
+
+
+def test_host_arrays_without_device_run_on_the_callers_current_gpu(monkeypatch):
+    from gpufuncs.targets.cuda import host
+
+    asked = []
+    monkeypatch.setattr(host, "current_device", lambda: asked.append("asked") or 0)
+    x = np.linspace(-3, 3, SHAPE[0] * SHAPE[1], dtype=np.float32)
+    kernel = fresh("exp")
+    np.testing.assert_array_equal(kernel(x, target="cuda"), gf.exp(x, target="cuda", device=0))
+    kernel(x, target="cuda")
+    assert asked == ["asked", "asked"]  # on every call: the current GPU may change between calls
+    kernel(x, target="cuda", device=0)
+    assert len(asked) == 2
 
 
 def test_stream_with_device_all_is_refused_before_anything_is_written(monkeypatch, cuda):

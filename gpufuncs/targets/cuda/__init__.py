@@ -53,9 +53,10 @@ def _unavailable_reason() -> str | None:
     return None
 
 
-def call_devices(spec: KernelSpec, plan: Plan, count: int, current: int = 0) -> tuple[int, ...]:
+def call_devices(spec: KernelSpec, plan: Plan, count: int) -> tuple[int, ...] | None:
     """The GPUs a call runs on: where its device arrays live, else ``device=`` (an ordinal, or
-    ``'all'``: every GPU, for host arrays), else ``current`` (the thread's current device).
+    ``'all'``: every GPU, for host arrays), else ``None``: the calling thread's current GPU,
+    read on each call.
 
     Raises ``ValueError`` naming the kernel and the devices for arrays on different GPUs, an
     ``out=`` on another GPU than the inputs, and a ``device=`` that is not a visible GPU or not
@@ -74,9 +75,9 @@ def call_devices(spec: KernelSpec, plan: Plan, count: int, current: int = 0) -> 
             raise ValueError(f"{spec.name}: device={wanted} is not a visible GPU "
                              f"({count} visible: 0 to {count - 1})")
     if not placed:
-        if wanted == "all":
-            return tuple(range(count))
-        return (current if wanted is None else int(wanted),)
+        if wanted is None:
+            return None
+        return tuple(range(count)) if wanted == "all" else (int(wanted),)
     first_name, first = placed[0]
     for name, device in placed[1:]:
         if device != first:
@@ -117,15 +118,11 @@ class CudaTarget(Target):
         from . import device, host  # imported on the first call: they need numba.cuda
         from .runtime import device_count, get_runtime
 
-        count = device_count()
-        devices = call_devices(spec, plan, count)
+        devices = call_devices(spec, plan, device_count())
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         if not any(a.role == DEVICE for a in arrays):
-            # Without device=, each call runs on its thread's current GPU (see host.prepare).
-            return host.prepare(spec, compiled, plan, None if plan.device is None else devices)
-        runtime = get_runtime(devices[0])
+            return host.prepare(spec, compiled, plan, devices)
         # A call signature may first be seen in a thread that never used CUDA (a Dask worker
         # thread): loading kernels and allocating need the context current there too.
-        runtime.bind_thread()
-        with runtime.current():
+        with get_runtime(devices[0]).current():
             return device.prepare(spec, compiled, plan, devices[0])

@@ -404,7 +404,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan,
 
 def run(spec: KernelSpec, launches: _Launches, plan: Plan, inputs: list[Any],
         outs: tuple[np.ndarray, ...] | None, where: Any, stream: Any,
-        devices: tuple[int, ...] = (0,)) -> tuple[np.ndarray, ...]:
+        devices: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """Execute ``plan`` on host arrays through the GPUs ``devices``, in pipelined chunks."""
     if where is not True and outs is None:
         where = True  # like NumPy, masked positions of a new output are undefined

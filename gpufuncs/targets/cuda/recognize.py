@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -119,10 +120,8 @@ class CudaArrays(DeviceArrays):
         return self.owns
 
     def describe(self, obj: Any) -> Arg:
-        arg = self._layout(obj)
         # With one GPU every array is on device 0, and nothing needs to ask.
-        device = device_of(obj) if _several_devices() else 0
-        return Arg(DEVICE, arg.cls, arg.dtype, arg.shape, arg.strides, device)
+        return replace(self._layout(obj), device=device_of(obj) if _several_devices() else 0)
 
     def _layout(self, obj: Any) -> Arg:
         cls = type(obj)

@@ -60,6 +60,12 @@ class _SimStream:
         return self
 
 
+def _check(err: Any, what: str) -> None:
+    """Raise ``RuntimeError`` for a ``CUresult`` other than success."""
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA error {err!r} while {what}")
+
+
 class Runtime:
     """One GPU through ``cuda.core``: streams by handle, a stream-ordered pool, copies, launches.
 
@@ -116,23 +122,19 @@ class Runtime:
         drv = self._driver
         attr = getattr(drv.CUmemPool_attribute, f"CU_MEMPOOL_ATTR_{name}")
         (err,) = drv.cuMemPoolSetAttribute(self._pool_handle(), attr, drv.cuuint64_t(value))
-        self._check(err, f"setting the memory pool's {name}")
+        _check(err, f"setting the memory pool's {name}")
 
     def pool_attribute(self, name: str) -> int:
         """Read ``CU_MEMPOOL_ATTR_<name>`` of the target's pool (e.g. ``USED_MEM_HIGH``)."""
         drv = self._driver
         attr = getattr(drv.CUmemPool_attribute, f"CU_MEMPOOL_ATTR_{name}")
         err, value = drv.cuMemPoolGetAttribute(self._pool_handle(), attr)
-        self._check(err, f"reading the memory pool's {name}")
+        _check(err, f"reading the memory pool's {name}")
         return int(value)
 
     def _pool_handle(self) -> Any:
         handle = self.pool.handle
         return self._driver.CUmemoryPool(handle) if isinstance(handle, int) else handle
-
-    def _check(self, err: Any, what: str) -> None:
-        if int(err) != 0:
-            raise RuntimeError(f"CUDA error {err!r} while {what}")
 
     def bind_thread(self) -> None:
         """Make the device current in this thread (cuda.core needs it per thread), once: with
@@ -151,14 +153,14 @@ class Runtime:
             # err: no usable driver here (a forked child): the work itself reports why.
             return None
         (err,) = drv.cuCtxSetCurrent(self._context)
-        self._check(err, f"making device {self.ordinal}'s context current")
+        _check(err, f"making device {self.ordinal}'s context current")
         return previous if int(previous) else None
 
     def restore(self, previous: Any) -> None:
         """Put back the context that :meth:`activate` replaced."""
         if previous is not None:
             (err,) = self._driver.cuCtxSetCurrent(previous)
-            self._check(err, "restoring the caller's CUDA context")
+            _check(err, "restoring the caller's CUDA context")
 
     @contextlib.contextmanager
     def current(self) -> Iterator[None]:
@@ -218,13 +220,13 @@ class Runtime:
     def trim(self) -> None:
         """Give the memory the pool keeps reserved but unused back to the device."""
         (err,) = self._driver.cuMemPoolTrimTo(self._pool_handle(), 0)
-        self._check(err, "trimming the memory pool")
+        _check(err, "trimming the memory pool")
 
     def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         """Asynchronous copy between unified addresses (host<->device or device<->device)."""
         if nbytes:
             (err,) = self._driver.cuMemcpyAsync(dst, src, nbytes, stream.handle)
-            self._check(err, f"copying {nbytes} bytes")
+            _check(err, f"copying {nbytes} bytes")
 
     def function(self, kernel: Any) -> Any:
         """The ``CUfunction`` of a loaded ``CUkernel`` in the current context."""
@@ -232,7 +234,7 @@ class Runtime:
         if found is None:
             with self.current():
                 err, found = self._driver.cuKernelGetFunction(kernel)
-            self._check(err, "getting a kernel's function")
+            _check(err, "getting a kernel's function")
             self._functions[kernel] = found
         return found
 
@@ -263,7 +265,7 @@ class Runtime:
                 stream = streams[handle] = new_stream(handle)
             (err,) = launch_kernel(function, blocks, 1, 1, BLOCK, 1, 1, 0, stream, pack(values), 0)
             if err:
-                self._check(err, "launching a kernel")
+                _check(err, "launching a kernel")
         return launch_bindings
 
     def pinned(self, nbytes: int) -> np.ndarray:
@@ -330,11 +332,9 @@ def device_count() -> int:
     from cuda.bindings import driver
 
     (err,) = driver.cuInit(0)
-    if int(err) != 0:
-        raise RuntimeError(f"CUDA error {err!r} while initialising the driver")
+    _check(err, "initialising the driver")
     err, count = driver.cuDeviceGetCount()
-    if int(err) != 0:
-        raise RuntimeError(f"CUDA error {err!r} while counting devices")
+    _check(err, "counting devices")
     return int(count)
 
 
