@@ -10,7 +10,7 @@ from typing import Any
 
 from .dispatch import Kernel
 from .registry import float_signatures, get, gufunc, names, registry, ufunc
-from .scalar import as_type
+from .scalar import as_type, muladd
 from .spec import Benchmark, CupyFormula, KernelDefinitionError, Tolerance
 from .targets import CudaUnavailableError, TargetUnavailableError, available_targets
 from .targets import set_parallel_min_size as set_auto_parallel_min_size
@@ -66,6 +66,7 @@ __all__ = [
     "get",
     "gufunc",
     "hermite_norm",
+    "muladd",
     "names",
     "registry",
     "set_auto_parallel_min_size",

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from llvmlite import ir
 from numba.core import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 
 def as_type(value: float, like: Any) -> Any:
@@ -80,3 +81,58 @@ def _by_precision_typing(like, for_float32, for_float64):  # unannotated: as for
 
 
 overload(by_precision)(_by_precision_typing)
+
+
+def muladd(a: Any, b: Any, c: Any) -> Any:
+    """Return ``a * b + c``, as one fused multiply-add where the hardware has one.
+
+    Fused, the product is not rounded before the sum: one rounding instead of two, and one
+    instruction instead of two. A recurrence (``hermite_norm``'s) runs a third faster on a CPU
+    core. On CPUs with FMA instructions (x86-64 since Haswell and Zen, every ARM64) the
+    ``cpu`` and ``parallel`` targets fuse it (LLVM's ``fmuladd``); the ``cuda`` target's
+    compiler fuses ``a * b + c`` wherever it appears, so there it is that expression. Without
+    FMA hardware, and from plain Python, it is ``a * b + c`` rounded twice.
+
+    Parameters
+    ----------
+    a, b, c : float
+        Of one floating type (float32 or float64).
+
+    Returns
+    -------
+    float
+        ``a * b + c`` in that type.
+    """
+    return a * b + c
+
+
+@intrinsic
+def _fmuladd(typingctx, a, b, c):
+    if not (isinstance(a, types.Float) and a == b == c):
+        return None
+
+    def codegen(context, builder, sig, args):
+        llty = args[0].type
+        fnty = ir.FunctionType(llty, [llty] * 3)
+        fn = builder.module.declare_intrinsic("llvm.fmuladd", [llty], fnty)
+        return builder.call(fn, args)
+
+    return a(a, b, c), codegen
+
+
+def _muladd_cpu_typing(a, b, c):  # unannotated: as for as_type
+    if isinstance(a, types.Float) and a == b == c:
+        return lambda a, b, c: _fmuladd(a, b, c)
+    return None
+
+
+def _muladd_typing(a, b, c):
+    if all(isinstance(t, types.Float) for t in (a, b, c)):
+        return lambda a, b, c: a * b + c
+    return None
+
+
+# The CPU's own overload comes first there (Numba prefers the most specific target); other
+# targets, numba-cuda's included, compile the generic one, which their compilers fuse.
+overload(muladd, target="cpu", inline="always")(_muladd_cpu_typing)
+overload(muladd)(_muladd_typing)

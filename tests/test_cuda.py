@@ -548,3 +548,12 @@ def test_a_call_signature_first_seen_in_a_new_thread(cp):
     with ThreadPoolExecutor(1) as pool:
         result = pool.submit(gf.hermite_norm, cp.asarray(x), 5).result()
     compare(gf.hermite_norm, (x, 5), result.get(), target="cuda")  # its declared tolerance
+
+
+def test_muladd_is_fused_on_the_gpu(cp):
+    """The GPU compiler fuses ``gf.muladd``'s ``a * b + c``: the exact -2**-60, which the
+    rounded product loses."""
+    from test_user_kernels import _A, _B, user_muladd
+
+    result = user_muladd(cp.asarray([_A]), _B, -1.0)
+    assert result.get()[0] == -(2.0**-60)

@@ -189,3 +189,30 @@ def test_rerunning_a_notebook_cell_replaces_its_kernel(restore_registry):
 
 def test_registry_repr_lists_the_kernels():
     assert repr(gf.registry) == f"<gpufuncs registry of {len(gf.names())} kernels: {', '.join(gf.names())}>"
+
+
+# a * b + c where fusing changes the result: the exact value -2**-60 rounds away in the product.
+_A, _B = 1 + 2.0**-30, 1 - 2.0**-30
+
+
+@gf.ufunc(signatures=["float64(float64, float64, float64)"], reference=lambda a, b, c: a * b + c,
+          replace=True)
+def user_muladd(a, b, c):
+    return gf.muladd(a, b, c)
+
+
+def _host_has_fma() -> bool:
+    from llvmlite import binding
+
+    return bool(binding.get_host_cpu_features().get("fma", False))
+
+
+@pytest.mark.parametrize("target", HOST)
+def test_muladd_is_fused_on_cpus_with_fma(target):
+    fused = user_muladd(np.array([_A]), _B, -1.0, target=target)[0]
+    assert fused == (-(2.0**-60) if _host_has_fma() else 0.0)
+
+
+def test_muladd_from_python_is_the_expression():
+    assert gf.muladd(_A, _B, -1.0) == _A * _B - 1.0 == 0.0
+    assert type(gf.muladd(np.float32(2), np.float32(3), np.float32(1))) is np.float32
