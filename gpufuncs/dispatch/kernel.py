@@ -14,6 +14,7 @@ overlap with ``out=`` and launches), and finish the result as NumPy would.
 from __future__ import annotations
 
 import inspect
+import operator
 import sys
 import threading
 import warnings
@@ -85,7 +86,7 @@ class ResolvedCall:
         self._nin = spec.nin
         self._stop = spec.nin + len(call.sizes)  # where positional outputs start
         self._outs_from = "args" if call.out_positional else ("out" if call.outs is not None else None)
-        self._out_checks = tuple(_writable_check(spec, o) for o in call.outs or ())
+        self._out_checks = tuple(_writable_check(o) for o in call.outs or ())
         self._where = "convert" if where_converted else ("given" if "where" in _given(call) else None)
         self._stream = "stream" in call.options
         self._finish = finisher(kernel, ops.plan, ops, spec.nout)
@@ -117,9 +118,9 @@ class ResolvedCall:
     def _one_out(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = kwargs["out"]
         outs = out if type(out) is tuple else (out,)
-        check = self._out_checks[0]
-        if check is not None:
-            check(outs[0])
+        writable = self._out_checks[0]
+        if writable is not None and not writable(outs[0]):
+            _read_only(self._ufunc.spec, outs[0])
         self._executor(args[: self._nin], outs, kwargs["where"] if self._where else True, None)
         return outs[0]
 
@@ -136,9 +137,9 @@ class ResolvedCall:
         outs = args[self._stop:] if self._outs_from == "args" else kwargs["out"]
         if type(outs) is not tuple:
             outs = (outs,)
-        for check, out in zip(self._out_checks, outs):
-            if check is not None:
-                check(out)
+        for writable, out in zip(self._out_checks, outs):
+            if writable is not None and not writable(out):
+                _read_only(self._ufunc.spec, out)
         arrays = tuple(map(np.asarray, outs)) if self._ops.outs_as_arrays else outs
         if self._ops.staged:
             stage(self._executor, self.plan, inputs, arrays, where, stream)
@@ -152,22 +153,22 @@ def _given(call: Call) -> set[str]:
             if name != "out" and getattr(call, name) is not default}
 
 
-def _writable_check(spec: KernelSpec, out: Any) -> Callable[[Any], None] | None:
-    """A per-call check that ``out=`` may be written (flags can change between calls), or
-    ``None`` for an array type that is never read-only (the type is part of the call key)."""
+def _writable_check(out: Any) -> Callable[[Any], bool] | None:
+    """``out -> whether it may be written``, read on every call (flags can change between
+    calls), or ``None`` for an array type that is never read-only (the type is part of the
+    call key). A host array's is a C-level attribute read: no Python call per check."""
     arrays = device_arrays_of(out)
     if arrays is None:
-        def host(o: Any) -> None:
-            if not o.flags.writeable:
-                raise ValueError(f"{spec.name}: out= array is read-only")
-        return host
-    if arrays.always_writable(type(out)):
-        return None
+        return _HOST_WRITABLE
+    return None if arrays.always_writable(type(out)) else arrays.writable
 
-    def device(o: Any) -> None:
-        if not arrays.writable(o):
-            raise ValueError(f"{spec.name}: out= device array is read-only")
-    return device
+
+_HOST_WRITABLE = operator.attrgetter("flags.writeable")
+
+
+def _read_only(spec: KernelSpec, out: Any) -> None:
+    where = "" if device_arrays_of(out) is None else " device"
+    raise ValueError(f"{spec.name}: out={where} array is read-only")
 
 
 class Kernel:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -51,9 +52,10 @@ def _numba_pointer(obj: Any) -> int:
     return int(memory.device_pointer) if memory is not None else 0
 
 
+# CuPy's and torch's read by operator's getters: C calls, no Python frame on every call.
 _POINTERS: dict[str, Callable[[Any], int]] = {
-    CUPY: lambda a: a.data.ptr,
-    TORCH: lambda a: a.data_ptr(),
+    CUPY: operator.attrgetter("data.ptr"),
+    TORCH: operator.methodcaller("data_ptr"),
     NUMBA: _numba_pointer,
     SIM: compat.sim_pointer,
     CAI: _cai_pointer,
