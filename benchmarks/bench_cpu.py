@@ -71,7 +71,9 @@ def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> dict[str, f
     The machines are noisy and drift over seconds; interleaving the contenders exposes them all
     to the same conditions, so their ratios are steadier than back-to-back blocks would give.
     """
-    rounds = 3 if quick else 7 if n >= 10**6 else 11
+    # 11 rounds up to 10^6: on the 16-core VM one call in several of ``parallel`` takes 3-5x
+    # its usual time (a stalled thread stalls the call), and 7 samples let that reach medians.
+    rounds = 3 if quick else 7 if n >= 10**7 else 11
     found: dict[str, list[float]] = {label: [] for label in fns}
     for _ in range(rounds):
         for label, fn in fns.items():

@@ -389,9 +389,9 @@ def test_auto_measures_the_crossover_once_per_kernel_and_dtype(restore_registry,
 
 @pytest.mark.parametrize("outlier", [False, True])
 def test_auto_crossover_survives_one_slow_sample(monkeypatch, outlier):
-    """Times from a model (cpu 1 us + 1 ns per element, parallel 20 us + 0.1 ns): the crossover
-    is the model's (about 21,000 elements) with clean samples, and also when parallel's sample
-    at the larger calibration size came out slow, which alone would put it at about 143,000 (the
+    """Times from a model (cpu 1 us + 1 ns per element, parallel 40 us + 0.1 ns): the crossover
+    is the model's (about 43,000 elements) with clean samples, and also when parallel's sample
+    at the larger calibration size came out slow, which alone would put it at about 190,000 (the
     1e8 that one 16-core run measured for clamp float32 came from such a sample)."""
     from gpufuncs.targets.cpu import auto
 
@@ -399,12 +399,27 @@ def test_auto_crossover_survives_one_slow_sample(monkeypatch, outlier):
         if target == "cpu":
             return 1e-6 + 1e-9 * n
         slow = outlier and n == auto._SIZES[1]
-        return 2e-5 + 1e-10 * n + (1e-4 if slow else 0.0)
+        return 4e-5 + 1e-10 * n + (1e-4 if slow else 0.0)
 
     monkeypatch.setattr(auto, "_time_at", model)
     plan = gf.exp.resolve(np.ones(10)).plan
-    truth = (2e-5 - 1e-6) / (1e-9 - 1e-10)
+    truth = (4e-5 - 1e-6) / (1e-9 - 1e-10)
     assert auto._measure(gf.exp.spec, plan, gf.exp.compiled) == pytest.approx(truth, rel=1e-6)
+
+
+def test_auto_crossover_is_never_below_two_parallel_chunks(monkeypatch):
+    """Below two chunks the parallel loops run one chunk on one thread, slower than cpu whatever
+    a fitted line says: a model where threads would pay from 4,400 elements gives the first
+    size with two chunks."""
+    from gpufuncs.targets.cpu import auto, loops
+
+    def model(spec, plan, compiled, target, n):
+        return 1e-6 + 1e-9 * n if target == "cpu" else 5e-6 + 1e-10 * n
+
+    monkeypatch.setattr(auto, "_time_at", model)
+    plan = gf.exp.resolve(np.ones(10)).plan
+    assert auto._measure(gf.exp.spec, plan, gf.exp.compiled) == 2 * loops.MIN_CHUNK
+    assert loops.chunks(2 * loops.MIN_CHUNK, 1) == 2 and loops.chunks(2 * loops.MIN_CHUNK - 1, 1) == 1
 
 
 def test_cuda_target_without_gpu_is_a_clear_error():

@@ -29,6 +29,7 @@ import numpy as np
 from ...spec import KernelSpec
 from ..base import HOST, SCALAR, Arg, Plan
 from .layers import GUARD
+from .loops import MIN_CHUNK
 
 #: Below this many loop elements ``auto`` always picks ``cpu``.
 ALWAYS_CPU = 1 << 12
@@ -93,10 +94,12 @@ def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> fl
     differ by little there: one slow sample can push it out by orders of magnitude (measured:
     1e8 for clamp float32 on 16 cores, where parallel wins from 1e5). It is checked at a size
     :data:`_CHECK_OUTPUTS` outputs large, and refitted from there where parallel wins."""
-    small, large = _SIZES
+    first = _first_parallel_size(plan)
+    small = max(_SIZES[0], first)
+    large = max(_SIZES[1], 4 * small)
     times = {t: (_time_at(spec, plan, compiled, t, small), _time_at(spec, plan, compiled, t, large))
              for t in ("cpu", "parallel")}
-    crossover = _crossover(times, small, large)
+    crossover = max(first, _crossover(times, small, large))
     if crossover > large:
         check = max(2 * large, _CHECK_OUTPUTS // _outputs_per_element(plan))
         checked = {t: (times[t][0], _time_at(spec, plan, compiled, t, check)) for t in times}
@@ -128,6 +131,14 @@ def _crossover(times: dict[str, tuple[float, float]], small: int, large: int) ->
     if b_par >= b:
         return float("inf")
     return max(float(ALWAYS_CPU), (a_par - a) / (b - b_par))
+
+
+def _first_parallel_size(plan: Plan) -> int:
+    """Loop elements from which the parallel loops cut two chunks or more (see
+    :func:`.loops.chunks`). Below, they run one chunk on one thread, never faster than ``cpu``;
+    measured there, a parallel time would also bend the fitted line (gaussian float64 on 16
+    cores: a crossover of 1e4, where parallel took 1.3x cpu)."""
+    return 2 * max(1, MIN_CHUNK // _outputs_per_element(plan))
 
 
 def _outputs_per_element(plan: Plan) -> int:
