@@ -138,13 +138,25 @@ def same_stream(a: int, b: int) -> bool:
 
 
 # -- new outputs ------------------------------------------------------------------------------------
+#: ``allocate(like, stream handle, current) -> (raw, address)``: memory for a new output (``raw``
+#: keeps it alive). ``like`` is the input whose library and device it copies; ``current``: the
+#: handle is that library's current stream, on which it orders its own allocations.
+Allocate = Callable[[Any, int, bool], tuple[Any, int]]
+#: ``wrap(raw, address) -> array``: the array the caller gets, made after the launch.
+Wrap = Callable[[Any, int], Any]
+
+
 def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: Sequence[int],
-              like_layout: bool = False, device: int = 0) -> Callable[[Any, int, bool], tuple[Any, int]]:
-    """``(like, stream handle, current) -> (array, address)``: a new output of logical ``shape``
-    on ``device``, stored C-contiguous in the order ``axes`` (outermost first), made by the
-    library of ``kind`` (``like`` is the input it copies the device of; ``current``: the handle
-    is that library's current stream, on which it orders its own allocations). ``like_layout``:
-    ``like`` has that very shape, dtype and layout (its library may then copy them, for less)."""
+              like_layout: bool = False, device: int = 0) -> tuple[Allocate, Wrap | None]:
+    """``(allocate, wrap)`` of a new output of logical ``shape`` on ``device``, stored
+    C-contiguous in the order ``axes`` (outermost first), made by the library of ``kind``.
+
+    ``wrap`` is ``None`` where ``raw`` already is the array (torch, whose allocator makes
+    tensors). Otherwise the array object is made after the launch, while the GPU computes:
+    building a Numba ``DeviceNDArray`` or a CuPy array takes a small call longer than its
+    kernel, and a caller who synchronizes waits for both only when one follows the other.
+    ``like_layout``: ``like`` has that very shape, dtype and layout (its library may then copy
+    them, for less)."""
     runtime = get_runtime(device)
     if runtime.simulated:
         kind = SIM
@@ -156,38 +168,45 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: S
         return _cupy_allocator(storage, dtype, None if identity else back,
                                device if runtime.switching else None)
     if kind == TORCH:
-        return _torch_allocator(storage, dtype, None if identity else back, like_layout)
+        return _torch_allocator(storage, dtype, None if identity else back, like_layout), None
     if kind == SIM:
-        return lambda like, handle, current: _sim_output(storage, dtype, back)
+        return (lambda like, handle, current: _sim_output(storage, dtype, back)), None
     return _numba_allocator(shape, storage, dtype, back, runtime)
 
 
 def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,
-                    device: int | None) -> Callable:
-    """CuPy allocates on its current device: ``device`` (several GPUs) is made that first."""
+                    device: int | None) -> tuple[Allocate, Wrap]:
+    """From CuPy's pool, on its current device: ``device`` (several GPUs) is made that first."""
     import cupy
+
+    nbytes = math.prod(storage) * dtype.itemsize
+    alloc = cupy.cuda.alloc
 
     def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
         if current:
-            out = cupy.ndarray(storage, dtype)
+            memory = alloc(nbytes)
         else:
             # CuPy's pool orders reuse on the stream it allocates under: make that our stream.
             with cupy.cuda.ExternalStream(handle):
-                out = cupy.ndarray(storage, dtype)
-        return (out if back is None else out.transpose(back)), out.data.ptr
+                memory = alloc(nbytes)
+        return memory, memory.ptr
+
+    def wrap(memory: Any, address: int) -> Any:
+        out = cupy.ndarray(storage, dtype, memory)
+        return out if back is None else out.transpose(back)
 
     if device is None:
-        return allocate
+        return allocate, wrap
 
     def allocate_on_device(like: Any, handle: int, current: bool) -> tuple[Any, int]:
         with cupy.cuda.Device(device):
             return allocate(like, handle, current)
 
-    return allocate_on_device
+    return allocate_on_device, wrap
 
 
 def _torch_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,
-                     like_layout: bool) -> Callable:
+                     like_layout: bool) -> Allocate:
     import torch
 
     tdtype = next(t for t, d in torch_dtypes().items() if d == dtype)
@@ -212,7 +231,8 @@ def _sim_output(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...]
 
 
 def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np.dtype,
-                     back: tuple[int, ...], runtime: Any) -> Callable:
+                     back: tuple[int, ...], runtime: Any) -> tuple[Allocate, Wrap]:
+    """From the target's stream-ordered pool; the buffer, wrapped, is a Numba device array."""
     nbytes = math.prod(storage) * dtype.itemsize
     stored = c_strides(storage, dtype.itemsize)
     strides = tuple(stored[b] for b in back)
@@ -220,11 +240,12 @@ def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np
 
     def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
         buffer = runtime.allocate(nbytes, runtime.stream(handle))
-        address = address_of(buffer)
-        return (compat.numba_device_array(address, buffer.size, buffer, shape, strides, dtype, device),
-                address)
+        return buffer, address_of(buffer)
 
-    return allocate
+    def wrap(buffer: Any, address: int) -> Any:
+        return compat.numba_device_array(address, buffer.size, buffer, shape, strides, dtype, device)
+
+    return allocate, wrap
 
 
 def address_of(buffer: Any) -> int:

@@ -140,7 +140,7 @@ class _Staging:
                  device: int) -> None:
         self.index = index
         self.buffer = Layout.contiguous(given.shape, loop, core=given.core)
-        self.allocate = arrays.allocator(None, given.shape, loop, range(len(given.shape)), device=device)
+        self.allocate = arrays.allocator(None, given.shape, loop, range(len(given.shape)), device=device)[0]
         self.before = cast_plan(given, self.buffer, device) if is_input or keep_values else None
         self.after = None if is_input else cast_plan(self.buffer, given, device)
 
@@ -155,7 +155,8 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
     like = next((op.kind for op in operands if op.kind is not None), None)
     out_cores = plan.cores[nin:]
 
-    allocators, host_outs = [], []
+    allocators: list[tuple[arrays.Allocate, arrays.Wrap | None]] = []
+    host_outs = []
     if plan.outs is None:
         first_layout = next((op.layout for op in operands if op.kind is not None), None)
         for shape, core in zip(plan.out_shapes, out_cores):
@@ -173,7 +174,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
                 host_outs.append(k)
                 operands.append(_Operand(_taken, Layout.contiguous(o.shape, o.dtype, core=core)))
     host_allocators = {k: arrays.allocator(None, plan.outs[k].shape, plan.outs[k].dtype,
-                                           range(len(plan.outs[k].shape)), device=device)
+                                           range(len(plan.outs[k].shape)), device=device)[0]
                        for k in host_outs}
 
     mask = plan.where if plan.outs is not None else None  # masked-out new outputs are undefined
@@ -242,16 +243,14 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
         handle = launch_stream(objs, stream) if producers or stream is not None else 0
         keep: list[Any] = []
         values = [read(obj, handle, keep) for read, obj in zip(reads[:nin], objs)]
-        results: list[Any] = []
+        new: list[tuple[Any, int]] = []  # (raw, address) of each new output
         if outs is None:
             like = inputs[first] if first is not None else None
             current = stream is None  # the handle is the first input's library's own stream
-            for allocate in allocators:
-                result, address = allocate(like, handle, current)
-                results.append(result)
-                values.append(address)
+            for allocate, _ in allocators:
+                new.append(allocate(like, handle, current))
+                values.append(new[-1][1])
         else:
-            results = list(outs)
             for k, obj in enumerate(outs):
                 if k in host_allocators:
                     temp, address = host_allocators[k](None, handle, False)
@@ -264,14 +263,16 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
             if pairs:
                 keep += _read_before_write(values, pairs, handle, runtime)
         _launch(main, staging, values, handle, keep)
+        if outs is None:  # (staging may have replaced their addresses in ``values``)
+            return _wrapped(allocators, new)
         for k in host_allocators:
             _copy_back(runtime, values[nin + k], outs[k], handle)
-        return tuple(results)
+        return tuple(outs)
 
     return runtime.guarded(execute)
 
 
-def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[Callable],
+def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[tuple[Any, Any]],
                    first: int | None, launch_stream: Callable, others: list,
                    pairs: tuple[_Overlap, ...], runtime: Any) -> Executor:
     """The executor of calls whose operands are all device arrays and scalars: each is read
@@ -294,19 +295,25 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
             values[i] = get(values[i])
         if outs is None:
             like = inputs[first] if first is not None else None
-            results = []
-            for allocate in allocators:
-                result, address = allocate(like, handle, stream is None)
-                results.append(result)
-                values.append(address)
+            new = []
+            for allocate, _ in allocators:
+                new.append(allocate(like, handle, stream is None))
+                values.append(new[-1][1])
             launch(values, handle)
-            return tuple(results)
+            return _wrapped(allocators, new)
         keep = _read_before_write(values, pairs, handle, runtime) if pairs else None  # alive until launched
         launch(values, handle)
         del keep
         return outs
 
     return execute
+
+
+def _wrapped(allocators: list[tuple[Any, arrays.Wrap | None]],
+             new: list[tuple[Any, int]]) -> tuple[Any, ...]:
+    """The new outputs as arrays, made once their kernel is launched (see ``arrays.allocator``)."""
+    return tuple(raw if wrap is None else wrap(raw, address)
+                 for (_, wrap), (raw, address) in zip(allocators, new))
 
 
 def _taken(obj: Any, handle: int, keep: list) -> Any:
