@@ -80,6 +80,10 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
 
 _KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _host_key}
 
+#: ``type -> key`` of a weak Python scalar (its type, as :func:`arg_key` gives), else ``None``:
+#: read without a call, so that keying the scalars of a call costs no Python frame each.
+weak_scalar_key = {cls: cls for cls in WEAK_SCALARS}.get
+
 
 def arg_key(obj: Any) -> Any:
     """The part of the call signature that argument ``obj`` contributes."""
@@ -104,7 +108,10 @@ def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
     and runtime values such as ``stream`` (by type only: any stream resolves the same way).
     """
-    key = (arg_key(args[0]),) if len(args) == 1 else tuple(map(arg_key, args))
+    if len(args) == 1:
+        key = (arg_key(args[0]),)
+    else:  # weak scalars keyed inline (see weak_scalar_key); Kernel.__call__ does the same
+        key = tuple([weak_scalar_key(type(a)) or arg_key(a) for a in args])
     if not kwargs:
         return key
     # out=, and out= with where=, built in one go: this runs on every call with them. Every call

@@ -41,6 +41,7 @@ from .args import (
     overrides_array_ufunc,
     overriding,
     refuse_target,
+    weak_scalar_key,
 )
 from .interop import finish_gufunc, gufunc_keywords, refuse_lazy_out
 from .operands import Operands, _array_result, finish_out, finisher, operands_for, stage
@@ -273,7 +274,10 @@ class Kernel:
         # ``target`` is a parameter of its own so that ``target="cpu"`` needs no keyword dict:
         # it is keyed last, whatever the other keywords, and put back in ``kwargs`` on a miss.
         if not kwargs:  # call_key's commonest case, inlined: this runs on every call
-            key = (arg_key(args[0]),) if len(args) == 1 else tuple(map(arg_key, args))
+            if len(args) == 1:
+                key = (arg_key(args[0]),)
+            else:
+                key = tuple([weak_scalar_key(type(a)) or arg_key(a) for a in args])
         else:
             key = call_key(args, kwargs)
         if target != "auto":
