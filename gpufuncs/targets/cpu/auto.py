@@ -109,12 +109,19 @@ def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> fl
 
 
 def _time_at(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any], target: str, n: int) -> float:
-    """Seconds of one call of ``target``'s flat loop on ``n`` loop elements (best of a few)."""
+    """Seconds of one call of ``target``'s flat loop on ``n`` loop elements (typical of a few).
+
+    The calls write into outputs allocated once. A new output of tens of MB is fresh memory
+    from the OS at every call (glibc maps blocks over 32 MB anew), whose page faults, and with
+    transparent huge pages the kernel's compaction stalls, made single parallel samples of
+    hermite_norm float64 2.5x slower on the 2-core machine: twice in a row, once, and that
+    calibration concluded that threads never pay, where they halve the time."""
     from . import CpuTarget  # the targets themselves: the very executors calls would run
 
     synthetic, args = _synthetic(spec, plan, n)
     execute = CpuTarget(target).prepare(spec, compiled(target), synthetic)
-    return _typical_time(lambda: execute(args, None, True, None))
+    outs = tuple(np.empty(shape, synthetic.result_dtype) for shape in synthetic.out_shapes)
+    return _typical_time(lambda: execute(args, outs, True, None))
 
 
 #: The check of an extrapolated crossover runs both targets on this many outputs.
