@@ -8,6 +8,7 @@ call costs a dictionary lookup and three attribute reads per array.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,12 +44,8 @@ def _device_arrays(cls: type) -> tuple[DeviceArrays | None, bool]:
     return None, False
 
 
-def _host_key(obj: Any) -> Any:
-    return type(obj), obj.dtype, obj.shape, obj.strides
-
-
-def _type_key(obj: Any) -> Any:
-    return type(obj)
+#: The key of a host array: read by one C call, no Python frame.
+_host_key = operator.attrgetter("__class__", "dtype", "shape", "strides")
 
 
 def _unkeyable(obj: Any) -> Any:
@@ -59,10 +56,8 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
     """How to key arguments of type ``cls``, decided once per type."""
     if issubclass(cls, np.ndarray):
         return _unkeyable if overrides_array_ufunc(cls) else _host_key
-    if cls in WEAK_SCALARS or issubclass(cls, np.generic):
-        return _type_key
-    if cls is type(None):
-        return _type_key
+    if cls in WEAK_SCALARS or issubclass(cls, np.generic) or cls is type(None):
+        return type  # scalars are keyed by their type (the builtin: no Python frame)
     arrays, always = _device_arrays(cls)
     keyer = arrays.keyer(cls) if arrays is not None else None
     if keyer is None:
@@ -78,22 +73,24 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
     return per_instance
 
 
-_KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _host_key}
+_KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _host_key, **{c: type for c in WEAK_SCALARS}}
 
-#: ``type -> key`` of a weak Python scalar (its type, as :func:`arg_key` gives), else ``None``:
-#: read without a call, so that keying the scalars of a call costs no Python frame each.
-weak_scalar_key = {cls: cls for cls in WEAK_SCALARS}.get
+#: ``type -> keyer`` of the types seen so far (``None`` for a new one: see :func:`first_key`).
+#: Callers key an argument as ``(keyer_of(type(a)) or first_key)(a)``, inline: keying a scalar
+#: or a host array then costs no Python frame (their keyers are C callables), a device array one.
+keyer_of = _KEYERS.get
+
+
+def first_key(obj: Any) -> Any:
+    """The key of an argument of a type not seen before (its keyer is decided and kept)."""
+    cls = type(obj)
+    keyer = _KEYERS[cls] = _keyer_for(cls)
+    return keyer(obj)
 
 
 def arg_key(obj: Any) -> Any:
     """The part of the call signature that argument ``obj`` contributes."""
-    cls = type(obj)
-    if cls is np.ndarray:  # the most common argument, inlined: this runs on every call
-        return cls, obj.dtype, obj.shape, obj.strides
-    keyer = _KEYERS.get(cls)
-    if keyer is None:
-        keyer = _KEYERS[cls] = _keyer_for(cls)
-    return cls if keyer is _type_key else keyer(obj)  # scalars: one call less
+    return (keyer_of(type(obj)) or first_key)(obj)
 
 
 #: Keywords whose value is a runtime value, keyed by type only.
@@ -108,10 +105,7 @@ def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
     and runtime values such as ``stream`` (by type only: any stream resolves the same way).
     """
-    if len(args) == 1:
-        key = (arg_key(args[0]),)
-    else:  # weak scalars keyed inline (see weak_scalar_key); Kernel.__call__ does the same
-        key = tuple([weak_scalar_key(type(a)) or arg_key(a) for a in args])
+    key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])  # as Kernel.__call__ does
     if not kwargs:
         return key
     # out=, and out= with where=, built in one go: this runs on every call with them. Every call

@@ -34,14 +34,14 @@ from ..targets import (
 )
 from . import methods
 from .args import (
-    arg_key,
     call_key,
     defer,
     device_arrays_of,
+    first_key,
+    keyer_of,
     overrides_array_ufunc,
     overriding,
     refuse_target,
-    weak_scalar_key,
 )
 from .interop import finish_gufunc, gufunc_keywords, refuse_lazy_out
 from .operands import Operands, _array_result, finish_out, finisher, operands_for, stage
@@ -274,10 +274,7 @@ class Kernel:
         # ``target`` is a parameter of its own so that ``target="cpu"`` needs no keyword dict:
         # it is keyed last, whatever the other keywords, and put back in ``kwargs`` on a miss.
         if not kwargs:  # call_key's commonest case, inlined: this runs on every call
-            if len(args) == 1:
-                key = (arg_key(args[0]),)
-            else:
-                key = tuple([weak_scalar_key(type(a)) or arg_key(a) for a in args])
+            key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
         else:
             key = call_key(args, kwargs)
         if target != "auto":

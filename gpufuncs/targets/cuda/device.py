@@ -281,10 +281,11 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
     # are read, in place in a copy of the operands (allocated outputs are never read).
     reads = [(i, op.get) for i, op in enumerate(operands) if op.get is not None and op.get is not _same]
     stream_of = arrays.producer_stream(operands[first].kind, runtime.ordinal) if first is not None else None
-    bind, launch = runtime.bind_thread, main.launch
+    bound, bind, launch = runtime.bound, runtime.bind_thread, main.launch
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        bind()
+        if not hasattr(bound, "here"):
+            bind()
         objs = inputs if outs is None else (*inputs, *outs, *(() if where is True else (where,)))
         if stream is None and not others:
             handle = (stream_of(objs[first]) or 0) if stream_of is not None else 0

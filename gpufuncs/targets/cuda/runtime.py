@@ -16,6 +16,7 @@ import ctypes
 import functools
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -95,12 +96,14 @@ class Runtime:
         #: Whether calls must switch to this device's context and back (several GPUs visible).
         self.switching = device_count() > 1
         self.device = Device(device)
-        self._local = threading.local()
+        #: Has the attribute ``here`` in each thread whose device is bound (:meth:`bind_thread`);
+        #: executors test it inline (``hasattr``, a C call), not by calling a method each time.
+        self.bound = threading.local()
         previous = driver.cuCtxGetCurrent()[1]
         self.device.set_current()  # the primary context, which numba, CuPy and torch share
         self._context = driver.cuCtxGetCurrent()[1]
         self._context_id = int(self._context)
-        self._local.current = True
+        self.bound.here = True
         self._streams: dict[int, Any] = {0: LEGACY_DEFAULT_STREAM, 1: LEGACY_DEFAULT_STREAM,
                                          2: PER_THREAD_DEFAULT_STREAM}
         self._functions: dict[Any, Any] = {}
@@ -139,10 +142,10 @@ class Runtime:
     def bind_thread(self) -> None:
         """Make the device current in this thread (cuda.core needs it per thread), once: with
         one GPU nothing else changes the context. (With several, :meth:`guarded` switches.)"""
-        if not getattr(self._local, "current", False):
+        if not hasattr(self.bound, "here"):
             if not self.switching:
                 self.device.set_current()
-            self._local.current = True
+            self.bound.here = True
 
     def activate(self) -> Any:
         """Make this device's context current; returns the context to put back after the work
@@ -288,6 +291,7 @@ class SimRuntime(Runtime):
     def __init__(self, device: int = 0) -> None:  # nothing of the real runtime is needed
         self._streams: dict[int, Any] = {}
         self.ordinal, self.switching = device, False
+        self.bound = types.SimpleNamespace(here=True)  # nothing to bind, in any thread
 
     def bind_thread(self) -> None:
         """Nothing to bind."""
