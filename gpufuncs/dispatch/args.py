@@ -105,7 +105,10 @@ def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
     and runtime values such as ``stream`` (by type only: any stream resolves the same way).
     """
-    key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])  # as Kernel.__call__ does
+    if len(args) == 1:  # as Kernel.__call__ does
+        key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
+    else:
+        key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
     if not kwargs:
         return key
     # out=, and out= with where=, built in one go: this runs on every call with them. Every call

@@ -273,8 +273,11 @@ class Kernel:
         """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
         # ``target`` is a parameter of its own so that ``target="cpu"`` needs no keyword dict:
         # it is keyed last, whatever the other keywords, and put back in ``kwargs`` on a miss.
-        if not kwargs:  # call_key's commonest case, inlined: this runs on every call
-            key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
+        if not kwargs:  # call_key's commonest cases, inlined: this runs on every call
+            if len(args) == 1:  # (a comprehension is a frame of its own before Python 3.12)
+                key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
+            else:
+                key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
         else:
             key = call_key(args, kwargs)
         if target != "auto":
