@@ -87,11 +87,11 @@ def muladd(a: Any, b: Any, c: Any) -> Any:
     """Return ``a * b + c``, as one fused multiply-add where the hardware has one.
 
     Fused, the product is not rounded before the sum: one rounding instead of two, and one
-    instruction instead of two. A recurrence (``hermite_norm``'s) runs a third faster on a CPU
-    core. On CPUs with FMA instructions (x86-64 since Haswell and Zen, every ARM64) the
-    ``cpu`` and ``parallel`` targets fuse it (LLVM's ``fmuladd``); the ``cuda`` target's
-    compiler fuses ``a * b + c`` wherever it appears, so there it is that expression. Without
-    FMA hardware, and from plain Python, it is ``a * b + c`` rounded twice.
+    instruction instead of two: a recurrence, whose steps wait for each other, gains most
+    (``hermite_norm``'s uses it). On CPUs with FMA instructions (x86-64 since Haswell and
+    Zen, every ARM64) the ``cpu`` and ``parallel`` targets fuse it (LLVM's ``fmuladd``); the
+    ``cuda`` target's compiler fuses ``a * b + c`` wherever it appears, so there it is that
+    expression. Without FMA hardware, and from plain Python, it is ``a * b + c`` rounded twice.
 
     Parameters
     ----------

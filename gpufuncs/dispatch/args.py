@@ -97,20 +97,15 @@ def arg_key(obj: Any) -> Any:
 _RUNTIME_KEYWORDS = ("stream",)
 
 
-def call_key(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """The call signature: argument kinds, dtypes, shapes and strides, and the keywords.
+def keywords_key(key: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The call signature: ``key``, the positional arguments' keys (their kinds, dtypes, shapes
+    and strides, as ``Kernel.__call__`` builds them), extended by the keywords.
 
     Hashable for a call whose resolution can be reused; otherwise looking it up raises
     ``TypeError`` (see :data:`UNKEYABLE`). Keywords are keyed by name and value, except the
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
     and runtime values such as ``stream`` (by type only: any stream resolves the same way).
     """
-    if len(args) == 1:  # as Kernel.__call__ does
-        key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
-    else:
-        key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
-    if not kwargs:
-        return key
     # out=, and out= with where=, built in one go: this runs on every call with them. Every call
     # of that shape takes this path, so its key is consistent (out first, whatever the order).
     out = kwargs.get("out")

@@ -2,7 +2,8 @@
 
 Every call, on every target, with or without keywords, goes
 
-    Kernel.__call__ -> call signature (args.call_key) -> ResolvedCall (cached) -> target executor
+    Kernel.__call__ -> call signature (args.keyer_of, args.keywords_key)
+                    -> ResolvedCall (cached) -> target executor
 
 A call signature that has not been seen is validated completely (:mod:`.plan`) into a
 :class:`~gpufuncs.targets.Plan`, for which the target prepares an executor; both are kept in a
@@ -34,11 +35,11 @@ from ..targets import (
 )
 from . import methods
 from .args import (
-    call_key,
     defer,
     device_arrays_of,
     first_key,
     keyer_of,
+    keywords_key,
     overrides_array_ufunc,
     overriding,
     refuse_target,
@@ -273,13 +274,13 @@ class Kernel:
         """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
         # ``target`` is a parameter of its own so that ``target="cpu"`` needs no keyword dict:
         # it is keyed last, whatever the other keywords, and put back in ``kwargs`` on a miss.
-        if not kwargs:  # call_key's commonest cases, inlined: this runs on every call
-            if len(args) == 1:  # (a comprehension is a frame of its own before Python 3.12)
-                key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
-            else:
-                key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
+        # Each argument keyed inline (see args.keyer_of): this runs on every call.
+        if len(args) == 1:  # (a comprehension is a frame of its own before Python 3.12)
+            key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
         else:
-            key = call_key(args, kwargs)
+            key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
+        if kwargs:
+            key = keywords_key(key, kwargs)
         if target != "auto":
             key += ("target", target)
         if self._sizes is not None:
