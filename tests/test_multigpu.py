@@ -349,6 +349,36 @@ def test_a_call_on_gpu1_leaves_the_callers_current_device_alone():
 
 
 @multigpu
+def test_a_thread_without_a_context_is_left_without_one():
+    from cuda.bindings import driver
+
+    x = np.linspace(-1, 1, 100, dtype=np.float32)
+    on_1 = _on_gpu("numba", x, 1)
+    left: list[int] = []
+
+    def call_in_a_new_thread():  # a new thread has no current context
+        left.append(int(driver.cuCtxGetCurrent()[1]))
+        gf.exp(on_1)
+        left.append(int(driver.cuCtxGetCurrent()[1]))
+
+    thread = threading.Thread(target=call_in_a_new_thread)
+    thread.start()
+    thread.join()
+    assert left == [0, 0], "a call on GPU 1 left its context current (CuPy would then use GPU 1)"
+
+
+@multigpu
+def test_a_numba_result_copies_to_host_with_another_gpu_current():
+    from numba import cuda
+
+    x = np.linspace(-1, 1, 100, dtype=np.float32)
+    result = gf.exp(_on_gpu("numba", x, 0))  # memory of GPU 0's pool
+    with cuda.gpus[1]:
+        copied = result.copy_to_host()
+    np.testing.assert_array_equal(copied, gf.exp(x, target="cuda"))
+
+
+@multigpu
 def test_device_all_uses_every_gpu_and_gives_one_gpus_values(monkeypatch):
     from gpufuncs.targets.cuda import host
     from gpufuncs.targets.cuda.runtime import get_runtime

@@ -95,6 +95,7 @@ class Runtime:
         self.ordinal = device
         #: Whether calls must switch to this device's context and back (several GPUs visible).
         self.switching = device_count() > 1
+        self._device_type = Device
         self.device = Device(device)
         #: Has the attribute ``here`` in each thread whose device is bound (:meth:`bind_thread`);
         #: executors test it inline (``hasattr``, a C call), not by calling a method each time.
@@ -117,8 +118,24 @@ class Runtime:
         except Exception as exc:  # only slower allocations after a synchronize
             warnings.warn(f"gpufuncs: could not keep the CUDA memory pool reserved: {exc}",
                           RuntimeWarning, stacklevel=2)
-        if self.switching and previous is not None and int(previous) not in (0, self._context_id):
-            self.restore(previous)  # creating a runtime changes no one's current device
+        if self.switching:
+            self._open_pool_to_peers()
+            if previous is not None and int(previous) != self._context_id:
+                self.restore(previous)  # creating a runtime changes no one's current device
+
+    def _open_pool_to_peers(self) -> None:
+        """Let every GPU that can reach this one use the pool's memory. Pool memory is mapped
+        on its own device only (peer access enabled on contexts does not extend to pools), so
+        without this a copy of a result made with another GPU's context current fails, where
+        ``cuMemAlloc`` memory (Numba's, CuPy's, torch's) works."""
+        try:
+            peers = [d.device_id for d in self._device_type.get_all_devices()
+                     if d.device_id != self.ordinal and d.can_access_peer(self.ordinal)]
+            if peers:
+                self.pool.peer_accessible_by = peers
+        except Exception as exc:  # only cross-device use of results is affected
+            warnings.warn(f"gpufuncs: could not open device {self.ordinal}'s memory pool to "
+                          f"its peers: {exc}", RuntimeWarning, stacklevel=3)
 
     def set_pool_attribute(self, name: str, value: int) -> None:
         """Set ``CU_MEMPOOL_ATTR_<name>`` of the target's pool (e.g. ``USED_MEM_HIGH`` to 0)."""
@@ -149,7 +166,9 @@ class Runtime:
 
     def activate(self) -> Any:
         """Make this device's context current; returns the context to put back after the work
-        (``None``: nothing to put back, the context was current or the thread had none)."""
+        (``None``: nothing to put back, the context was current already; a null context: the
+        thread had none, and is left with none, so the next CUDA user in it starts on device 0
+        as it would have)."""
         drv = self._driver
         err, previous = drv.cuCtxGetCurrent()
         if err or int(previous) == self._context_id:
@@ -157,7 +176,7 @@ class Runtime:
             return None
         (err,) = drv.cuCtxSetCurrent(self._context)
         _check(err, f"making device {self.ordinal}'s context current")
-        return previous if int(previous) else None
+        return previous
 
     def restore(self, previous: Any) -> None:
         """Put back the context that :meth:`activate` replaced."""
