@@ -5,6 +5,9 @@ Run ``python benchmarks/bench_multigpu.py`` on a machine with two or more GPUs (
 * **host**: gaussian float32 on ``--n`` host elements (default 10^9) with ``device="all"``
   against ``device=0``, their repetitions interleaved (:func:`harness.measure_pair`); each call
   makes its result, as a user's call does; target >= 1.7x on two GPUs;
+* **ceiling**: the bytes the host case moves (``4 * --n`` each way), as pinned copies in both
+  directions at once split over every GPU, against the same on GPU 0: the most ``device="all"``
+  can gain on host arrays on this machine, since their every byte crosses its memory and PCIe;
 * **device-resident**: CuPy inputs of ``--device-n`` elements on each GPU, ``--calls`` calls
   with ``out=`` per GPU, each GPU driven by a thread of its own, all started together and
   synchronized, against the same calls, all of them on GPU 0 from one thread; target >= 1.8x.
@@ -47,6 +50,42 @@ def host_case(n: int, repeat: int) -> dict[str, Any]:
                               warmup=1, repeat=repeat)
     return {"case": "host gaussian float32, device='all' vs device=0", "n": n, "gpus": device_count(),
             "seconds_all": every, "seconds_one": one, "speedup": one / every, "target": ">= 1.7"}
+
+
+def ceiling_case(nbytes: int, gpus: list[int], repeat: int) -> dict[str, Any]:
+    """Pinned copies of ``nbytes`` each way, both directions at once, split over ``gpus``
+    against all of them on GPU 0: the most ``device="all"`` can gain on host arrays, whose
+    every byte crosses the host's memory and PCIe (no computing, no packing)."""
+    import cupy as cp
+
+    from gpufuncs.targets.cuda.runtime import get_runtime
+
+    source, target = get_runtime(0).pinned(nbytes), get_runtime(0).pinned(nbytes)
+
+    def buffers(device: int, size: int) -> tuple[Any, ...]:
+        with cp.cuda.Device(device):
+            return (cp.empty(size, cp.uint8), cp.empty(size, cp.uint8),
+                    cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True))
+
+    def parts(devices: list[int]) -> list[tuple[int, int, int, tuple[Any, ...]]]:
+        bounds = np.linspace(0, nbytes, len(devices) + 1).astype(int)
+        return [(d, int(lo), int(hi - lo), buffers(d, int(hi - lo)))
+                for d, lo, hi in zip(devices, bounds[:-1], bounds[1:])]
+
+    def copies(split: list[tuple[int, int, int, tuple[Any, ...]]]) -> None:
+        for device, start, size, (into, back, up, down) in split:
+            with cp.cuda.Device(device):
+                cp.cuda.runtime.memcpyAsync(into.data.ptr, source.ctypes.data + start, size, 1, up.ptr)
+                cp.cuda.runtime.memcpyAsync(target.ctypes.data + start, back.data.ptr, size, 2, down.ptr)
+        for *_, (_, _, up, down) in split:
+            up.synchronize()
+            down.synchronize()
+
+    spread, single = parts(sorted(set(gpus))), parts([gpus[0]])
+    every, one = measure_pair(lambda: copies(spread), lambda: copies(single), warmup=2, repeat=repeat)
+    return {"case": f"ceiling: pinned copies both ways at once, {nbytes >> 20} MiB each way, split "
+                    "over every GPU vs GPU 0", "n": nbytes, "gpus": ",".join(map(str, sorted(set(gpus)))),
+            "seconds_all": every, "seconds_one": one, "speedup": one / every, "target": "(bound)"}
 
 
 def _timed_threads(work: list[Any]) -> float:
@@ -106,7 +145,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     gpus = args.gpus or list(range(device_count()))
-    rows = [host_case(args.n, args.repeat), device_case(args.device_n, gpus, args.calls, args.repeat)]
+    rows = [host_case(args.n, args.repeat), ceiling_case(4 * args.n, gpus, args.repeat),
+            device_case(args.device_n, gpus, args.calls, args.repeat)]
     print(format_table(rows, COLUMNS))
     if device_count() < 2 or len(set(gpus)) < 2:
         print(f"not saved: {device_count()} GPU(s) visible, {len(set(gpus))} used")

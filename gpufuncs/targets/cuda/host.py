@@ -49,8 +49,10 @@ from .runtime import Runtime, current_device, get_runtime
 SLOTS = 3
 #: Host pipelines that run at once on one GPU, each in a lane of its own (more callers wait).
 LANES_PER_DEVICE = 2
-#: Bytes of the widest operand per chunk (32 MiB: 13 chunks for 10**8 float32 values).
-CHUNK_BYTES = 32 << 20
+#: Bytes of the widest operand per chunk (64 MiB: 6 chunks for 10**8 float32 values). Each chunk
+#: costs a fixed overhead (starting the packing threads, a stream synchronize), which 32 MiB
+#: chunks did not amortize on a 2-GPU H200 host, on one GPU or on both.
+CHUNK_BYTES = 64 << 20
 #: Copies larger than this are split across threads (NumPy releases the GIL while copying).
 _PARALLEL_COPY_BYTES = 1 << 20
 _THREADS = max(1, min(16, os.cpu_count() or 1))
