@@ -230,22 +230,27 @@ def _sim_output(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...]
     return compat.sim_array(host.transpose(back)), host.ctypes.data
 
 
-def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np.dtype,
-                     back: tuple[int, ...], runtime: Any) -> tuple[Allocate, Wrap]:
-    """From the target's stream-ordered pool; the buffer, wrapped, is a Numba device array."""
-    nbytes = math.prod(storage) * dtype.itemsize
-    stored = c_strides(storage, dtype.itemsize)
-    strides = tuple(stored[b] for b in back)
-    device = runtime.ordinal
-
+def buffer_allocator(nbytes: int, runtime: Any) -> Allocate:
+    """``allocate`` of ``nbytes`` from ``runtime``'s stream-ordered pool, as a raw buffer: a
+    temporary (staging, a host ``out=``'s device copy) or a Numba output before it is wrapped."""
     def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
         buffer = runtime.allocate(nbytes, runtime.stream(handle))
         return buffer, address_of(buffer)
 
+    return allocate
+
+
+def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np.dtype,
+                     back: tuple[int, ...], runtime: Any) -> tuple[Allocate, Wrap]:
+    """From the target's stream-ordered pool; the buffer, wrapped, is a Numba device array."""
+    stored = c_strides(storage, dtype.itemsize)
+    strides = tuple(stored[b] for b in back)
+    device = runtime.ordinal
+
     def wrap(buffer: Any, address: int) -> Any:
         return compat.numba_device_array(address, buffer.size, buffer, shape, strides, dtype, device)
 
-    return allocate, wrap
+    return buffer_allocator(math.prod(storage) * dtype.itemsize, runtime), wrap
 
 
 def address_of(buffer: Any) -> int:

@@ -10,6 +10,7 @@ copies an input that overlaps ``out=``, allocates outputs and launches.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -140,7 +141,7 @@ class _Staging:
                  device: int) -> None:
         self.index = index
         self.buffer = Layout.contiguous(given.shape, loop, core=given.core)
-        self.allocate = arrays.allocator(None, given.shape, loop, range(len(given.shape)), device=device)[0]
+        self.allocate = arrays.buffer_allocator(math.prod(given.shape) * loop.itemsize, get_runtime(device))
         self.before = cast_plan(given, self.buffer, device) if is_input or keep_values else None
         self.after = None if is_input else cast_plan(self.buffer, given, device)
 
@@ -156,7 +157,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
     out_cores = plan.cores[nin:]
 
     allocators: list[tuple[arrays.Allocate, arrays.Wrap | None]] = []
-    host_outs = []
+    host_allocators: dict[int, arrays.Allocate] = {}  # by output index
     if plan.outs is None:
         first_layout = next((op.layout for op in operands if op.kind is not None), None)
         for shape, core in zip(plan.out_shapes, out_cores):
@@ -171,11 +172,8 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
                 operands.append(_device(o, core))
                 like = like or operands[-1].kind
             else:  # a host out= with device inputs: computed on the device, copied back
-                host_outs.append(k)
+                host_allocators[k] = arrays.buffer_allocator(math.prod(o.shape) * o.dtype.itemsize, runtime)
                 operands.append(_Operand(_taken, Layout.contiguous(o.shape, o.dtype, core=core)))
-    host_allocators = {k: arrays.allocator(None, plan.outs[k].shape, plan.outs[k].dtype,
-                                           range(len(plan.outs[k].shape)), device=device)[0]
-                       for k in host_outs}
 
     mask = plan.where if plan.outs is not None else None  # masked-out new outputs are undefined
     where_mode = None
@@ -231,7 +229,8 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
         return handle
 
     read_each_call = [op for op in operands if op.read is not _taken]
-    if not staging and not host_outs and where_mode != "scalar" and all(op.get for op in read_each_call):
+    plain = not staging and not host_allocators and where_mode != "scalar"
+    if plain and all(op.get for op in read_each_call):
         return runtime.guarded(_fast_executor(main, operands, allocators, first, launch_stream, others,
                                               pairs, runtime))
 
@@ -243,13 +242,10 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
         handle = launch_stream(objs, stream) if producers or stream is not None else 0
         keep: list[Any] = []
         values = [read(obj, handle, keep) for read, obj in zip(reads[:nin], objs)]
-        new: list[tuple[Any, int]] = []  # (raw, address) of each new output
         if outs is None:
             like = inputs[first] if first is not None else None
-            current = stream is None  # the handle is the first input's library's own stream
-            for allocate, _ in allocators:
-                new.append(allocate(like, handle, current))
-                values.append(new[-1][1])
+            # stream is None: the handle is the first input's library's own stream
+            new = _allocate(allocators, like, handle, stream is None, values)
         else:
             for k, obj in enumerate(outs):
                 if k in host_allocators:
@@ -296,10 +292,7 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
             values[i] = get(values[i])
         if outs is None:
             like = inputs[first] if first is not None else None
-            new = []
-            for allocate, _ in allocators:
-                new.append(allocate(like, handle, stream is None))
-                values.append(new[-1][1])
+            new = _allocate(allocators, like, handle, stream is None, values)
             launch(values, handle)
             return _wrapped(allocators, new)
         keep = _read_before_write(values, pairs, handle, runtime) if pairs else None  # alive until launched
@@ -308,6 +301,15 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
         return outs
 
     return execute
+
+
+def _allocate(allocators: list[tuple[arrays.Allocate, Any]], like: Any, handle: int, current: bool,
+              values: list[Any]) -> list[tuple[Any, int]]:
+    """Memory for each new output: its address appended to the launch ``values``; returns the
+    ``(raw, address)`` pairs that :func:`_wrapped` makes arrays of after the launch."""
+    new = [allocate(like, handle, current) for allocate, _ in allocators]
+    values += [address for _, address in new]
+    return new
 
 
 def _wrapped(allocators: list[tuple[Any, arrays.Wrap | None]],
