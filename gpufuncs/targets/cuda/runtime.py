@@ -368,7 +368,8 @@ def current_device() -> int:
         return 0
     from cuda.bindings import driver
 
-    if not int(driver.cuCtxGetCurrent()[1]):
+    err, context = driver.cuCtxGetCurrent()
+    if err or not int(context):  # err: no usable driver (a forked child): the work reports why
         return 0
     err, device = driver.cuCtxGetDevice()
     return int(device) if int(err) == 0 else 0
