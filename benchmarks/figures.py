@@ -30,6 +30,7 @@ IMAGES = ROOT / "docs" / "images"
 CPU_MACHINES = (("cpu", "2-core CI machine"), ("cpu-16core", "16-core host of the GPU machine"))
 GPU_MACHINES = (("gpu-h100", "H100"),)
 DASK_MACHINES = (("dask-16core", "16-core host of the GPU machine"),)
+MULTIGPU_MACHINES = (("multigpu-nvidia-h200", "2 x H200"),)
 
 INTRO = """\
 # Performance
@@ -203,6 +204,25 @@ def dask_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], op
                       "sum_workers_MB"]), ""])
 
 
+@_section("Several GPUs")
+def multigpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], opening: list[str]) -> str:
+    def verdict(row: dict[str, Any]) -> str:
+        target = str(row["target"])
+        if not target.startswith(">="):
+            return "the most `device=\"all\"` can gain on host arrays on this machine"
+        return f"target {target}: {'met' if row['speedup'] >= float(target[2:]) else 'NOT MET'}"
+
+    return "\n".join([
+        *opening, f"{meta.get('gpus')}; {meta.get('method')}; `python benchmarks/bench_multigpu.py`.",
+        "", *[f"- {r['case']}: {r['speedup']:.2f}x ({verdict(r)})" for r in rows], "",
+        "Every byte of a call on host arrays crosses the host's memory and PCIe, so `device=\"all\"` "
+        "gains at most the `ceiling` row over one GPU (pinned copies both ways at once, nothing "
+        "computed, nothing packed); the call also packs each chunk into pinned memory on CPU "
+        "threads, which the GPUs' pipelines share. Device arrays, each GPU driven by a thread of "
+        "its own, share nothing but the Python interpreter.", "",
+        _table(rows, ["case", "n", "gpus", "seconds_all", "seconds_one", "speedup", "target"]), ""])
+
+
 def overhead_summary(name: str = CPU_MACHINES[0][0]) -> str:
     """What a tiny call costs, from the overhead results of ``name`` (none typed by hand)."""
     data = _load(f"{name}_overhead")
@@ -218,6 +238,7 @@ def render() -> str:
     sections = [INTRO.replace("{overhead}", overhead_summary())]
     sections += [cpu_section(name, title) for name, title in CPU_MACHINES]
     sections += [gpu_section(name, title) for name, title in GPU_MACHINES]
+    sections += [multigpu_section(name, title) for name, title in MULTIGPU_MACHINES]
     sections += [dask_section(name, title) for name, title in DASK_MACHINES]
     return "\n".join(s.rstrip() + "\n" for s in sections)
 
