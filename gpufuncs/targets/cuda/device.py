@@ -278,6 +278,9 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
     reads = [(i, op.get) for i, op in enumerate(operands) if op.get is not None and op.get is not _same]
     stream_of = arrays.producer_stream(operands[first].kind, runtime.ordinal) if first is not None else None
     bound, bind, launch = runtime.bound, runtime.bind_thread, main.launch
+    # One new output (every elementwise kernel) without the lists of _allocate and _wrapped's
+    # generator: half a microsecond of a call of about ten.
+    single_allocate, single_wrap = allocators[0] if len(allocators) == 1 else (None, None)
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         if not hasattr(bound, "here"):
@@ -292,6 +295,11 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
             values[i] = get(values[i])
         if outs is None:
             like = inputs[first] if first is not None else None
+            if single_allocate is not None:
+                raw, address = single_allocate(like, handle, stream is None)
+                values.append(address)
+                launch(values, handle)
+                return (raw,) if single_wrap is None else (single_wrap(raw, address),)
             new = _allocate(allocators, like, handle, stream is None, values)
             launch(values, handle)
             return _wrapped(allocators, new)
