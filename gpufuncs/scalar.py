@@ -106,9 +106,15 @@ def muladd(a: Any, b: Any, c: Any) -> Any:
     return a * b + c
 
 
+def _one_float_type(a: Any, b: Any, c: Any) -> bool:
+    """Whether the Numba types ``a``, ``b`` and ``c`` are one floating type (what LLVM's
+    ``fmuladd`` takes)."""
+    return isinstance(a, types.Float) and a == b == c
+
+
 @intrinsic
 def _fmuladd(typingctx, a, b, c):
-    if not (isinstance(a, types.Float) and a == b == c):
+    if not _one_float_type(a, b, c):
         return None
 
     def codegen(context, builder, sig, args):
@@ -121,7 +127,7 @@ def _fmuladd(typingctx, a, b, c):
 
 
 def _muladd_cpu_typing(a, b, c):  # unannotated: as for as_type
-    if isinstance(a, types.Float) and a == b == c:
+    if _one_float_type(a, b, c):
         return lambda a, b, c: _fmuladd(a, b, c)
     return None
 
