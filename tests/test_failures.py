@@ -220,12 +220,28 @@ def interrupts() -> dict:
 
 # -- the disk cache --------------------------------------------------------------------------------
 KERNEL_MODULE = '''
+import math
+
+import numpy as np
+
 import gpufuncs as gf
 
 
 @gf.ufunc(signatures=gf.float_signatures(2), reference=lambda a, b: a * b - 0.5)
 def cached_fma(a, b):
     return a * b - 0.5
+
+
+# Two kernels whose loops are too big for LLVM to inline into their entry points (the
+# vector-math exp): those call them by name.
+@gf.ufunc(signatures=gf.float_signatures(2), reference=lambda a, b: np.exp(a) * b)
+def cached_exp_product(a, b):
+    return math.exp(a) * b
+
+
+@gf.ufunc(signatures=gf.float_signatures(2), reference=lambda a, b: np.exp(a) / b)
+def cached_exp_quotient(a, b):
+    return math.exp(a) / b
 '''
 
 
@@ -247,6 +263,38 @@ def cache_use() -> dict:
     hits = sum(sum(d.stats.cache_hits.values()) for d in kernel.compiled("cpu").loops(np.dtype(np.float64)))
     return {"warnings": [str(w.message) for w in caught if w.category.__name__ == "DiskCacheWarning"],
             "failures": failures, "hits": hits, "package": str(Path(gf.__file__).parent)}
+
+
+def calls_in_order(*names: str) -> dict:
+    """Call the named kernels of the module on the child's path in turn, on cpu and parallel;
+    what computed something other than its reference, and each kernel's disk-cache hits."""
+    import cached_kernel
+
+    failures, hits = [], {}
+    for name in names:
+        kernel = getattr(cached_kernel, name)
+        for target in ("cpu", "parallel"):
+            try:
+                compare(kernel, (X, X * 0.5), kernel(X, X * 0.5, target=target), target=target)
+            except Exception as exc:
+                failures.append(f"{name} on {target}: {type(exc).__name__}: {exc}")
+        hits[name] = sum(sum(d.stats.cache_hits.values()) for target in ("cpu", "parallel")
+                         for d in kernel.compiled(target).loops(np.dtype(np.float64)))
+    return {"failures": failures, "hits": hits}
+
+
+def test_a_kernel_loaded_from_the_disk_cache_runs_its_own_code(tmp_path):
+    """Numba names compiled functions after their qualified name and a per-process counter, and
+    links a library loaded from the cache to the process's functions by name. The second child
+    compiles ``cached_exp_quotient`` first, so its loops get the names that
+    ``cached_exp_product``'s had in the first child; ``cached_exp_product``, then loaded from
+    the cache, called the quotient's loop and computed ``exp(a) / b``."""
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache"), "PYTHONPATH": str(_kernel_dir(tmp_path))}
+    first = run_scenario("order", "cached_exp_product", env=env)
+    assert first == {"failures": [], "hits": {"cached_exp_product": 0}}
+    second = run_scenario("order", "cached_exp_quotient", "cached_exp_product", env=env)
+    assert second["failures"] == []
+    assert second["hits"]["cached_exp_quotient"] == 0 and second["hits"]["cached_exp_product"] >= 2, second
 
 
 def scaled_by(scale: float, name: str) -> gf.Kernel:
@@ -321,5 +369,6 @@ def test_no_writable_cache_location_costs_one_warning(tmp_path):
 
 
 if __name__ == "__main__":
-    scenarios = {"simulator": simulator, "interrupts": interrupts, "cache": cache_use}
-    print(json.dumps(scenarios[sys.argv[1]]()))
+    scenarios = {"simulator": simulator, "interrupts": interrupts, "cache": cache_use,
+                 "order": calls_in_order}
+    print(json.dumps(scenarios[sys.argv[1]](*sys.argv[2:])))

@@ -105,13 +105,19 @@ def _library_digest() -> str:
     return hashlib.sha256(sources).hexdigest()[:16]
 
 
-def _cache_key(spec: KernelSpec, dtype: np.dtype) -> str | None:
-    """The flat loops' disk-cache key for ``spec`` computing in ``dtype`` (``None``: not cached,
-    for a kernel without a source file or with closure values that cannot be digested)."""
+def _kernel_key(spec: KernelSpec) -> str | None:
+    """What the compiled code of ``spec`` depends on, in every dtype (``None``: not cached, for
+    a kernel without a source file or with closure values that cannot be digested)."""
     depends = cache.dependency_digest(spec.pyfunc)
     if spec.source_key is None or depends is None:
         return None
-    return f"{spec.source_key}:{depends}:{dtype}:{_library_digest()}"
+    return f"{spec.source_key}:{depends}:{_library_digest()}"
+
+
+def _cache_key(spec: KernelSpec, dtype: np.dtype) -> str | None:
+    """The flat loops' disk-cache key for ``spec`` computing in ``dtype`` (see :func:`_kernel_key`)."""
+    key = _kernel_key(spec)
+    return None if key is None else f"{key}:{dtype}"
 
 
 def _scalar_argtypes(spec: KernelSpec, dtype: np.dtype) -> tuple[Any, ...]:
@@ -141,7 +147,11 @@ class CpuKernel:
         ``math`` functions replaced by ones that vectorize (see :mod:`.vecmath`). An elementwise
         kernel's is inlined into the loops (:func:`.loops.inline_into_loops`)."""
         if self._scalar is None:
-            self._scalar = numba.njit(**loops.options())(with_vector_math(self.spec.pyfunc))
+            copy = with_vector_math(self.spec.pyfunc)
+            key = _kernel_key(self.spec)
+            if key is not None:  # it is linked into the cached loops: see cache.name_after
+                cache.name_after(copy, key)
+            self._scalar = numba.njit(**loops.options())(copy)
         return self._scalar
 
     def numba_object(self, serial: bool = False) -> Any:

@@ -78,15 +78,15 @@ class KeyedCache(FunctionCache):
     entries on its pickled cell contents, which for a compiled function hold a random id: no
     entry would ever be found again. The key here is what the compiled code depends on instead:
     the loop's own bytecode and ``key`` (see :func:`dependency_digest` for what the caller puts
-    in it). Each key has its own index file, and any failure to read or write is a miss.
+    in it). Each key has its own index file (the function's name carries it: see
+    :func:`name_after`), and any failure to read or write is a miss.
     """
 
     def __init__(self, py_func: Callable[..., Any], key: str) -> None:
         super().__init__(py_func)
         self._key = key
-        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         self._cache_file = _CheckedCacheFile(
-            cache_path=self._cache_path, filename_base=f"{self._impl.filename_base}-{digest}",
+            cache_path=self._cache_path, filename_base=self._impl.filename_base,
             source_stamp=self._impl.locator.get_source_stamp())
 
     def _index_key(self, sig: Any, codegen: Any) -> tuple[Any, ...]:
@@ -108,9 +108,26 @@ class KeyedCache(FunctionCache):
             self.disable()
 
 
+def name_after(func: types.FunctionType, key: str) -> None:
+    """Give ``func`` a qualified name that carries a digest of ``key``, before Numba compiles it.
+
+    Numba names a compiled function after its module, qualified name and a counter of the
+    process, and the JIT links the functions of a library loaded from the disk cache to the
+    ones already in the process by those names. Two processes that compile different kernels
+    in the same order give their loops (closures of one qualified name) the same counter
+    values: a process that compiled one kernel's loops and then loaded the other's from the
+    cache ran the first kernel's code for both. With the key in the name, equal names mean
+    equal code.
+    """
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    func.__qualname__ = f"{func.__qualname__}.k{digest}"
+
+
 def attach(dispatcher: Any, key: str) -> Any:
-    """Give ``dispatcher`` (an ``@njit`` dispatcher) a :class:`KeyedCache` keyed on ``key``;
-    without a usable cache location it stays uncached (and warns once). Returns it."""
+    """Give ``dispatcher`` (an ``@njit`` dispatcher, not compiled yet) a :class:`KeyedCache`
+    keyed on ``key``, and a name that carries the key (:func:`name_after`); without a usable
+    cache location it stays uncached (and warns once). Returns it."""
+    name_after(dispatcher.py_func, key)
     try:
         dispatcher._cache = KeyedCache(dispatcher.py_func, key)
     except Exception as exc:  # Numba: "cannot cache function ...: no locator available"
