@@ -29,6 +29,7 @@ arguments and NumPy/SciPy expressions come from its ``benchmark=gf.Benchmark(...
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -66,18 +67,25 @@ def samples(n: int, dtype: type) -> np.ndarray:
 
 
 def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> dict[str, float]:
-    """Median µs per call of each function, measured in alternating rounds.
+    """Median µs per call of each function, measured in rounds, each in its own shuffled order.
 
     The machines are noisy and drift over seconds; interleaving the contenders exposes them all
     to the same conditions, so their ratios are steadier than back-to-back blocks would give.
+    The order changes from round to round: a call can pay for the one before it (after a
+    ``parallel`` call, OpenMP's threads spin on for a while), and in a fixed order that cost
+    lands on one contender alone. With ``auto`` always measured right after ``parallel``, the
+    16-core VM gave ``auto`` 1.38x ``cpu`` for clamp at 10 elements, where both run one loop.
     """
     # 11 rounds up to 10^6: on the 16-core VM one call in several of ``parallel`` takes 3-5x
     # its usual time (a stalled thread stalls the call), and 7 samples let that reach medians.
     rounds = 3 if quick else 7 if n >= 10**7 else 11
     found: dict[str, list[float]] = {label: [] for label in fns}
+    order = list(fns)
+    shuffle = random.Random(n).shuffle  # the same orders in every run
     for _ in range(rounds):
-        for label, fn in fns.items():
-            found[label].append(measure(fn, warmup=1, repeat=1 if n >= 10**6 else 3))
+        for label in order:
+            found[label].append(measure(fns[label], warmup=1, repeat=1 if n >= 10**6 else 3))
+        shuffle(order)
     return {label: 1e6 * statistics.median(times) for label, times in found.items()}
 
 
@@ -166,10 +174,12 @@ def main_steps(selected: list[Case], sizes: tuple[int, ...] = SIZES,
 
 
 def large_steps(selected: list[Case]) -> list[Step]:
-    """The :data:`LARGE` row (``parallel`` against ``cpu`` on many cores), if its kernel is selected."""
+    """The :data:`LARGE` row (``parallel`` against ``cpu`` on many cores), if its kernel is
+    selected: 7 rounds (about 45 s on 16 cores), as for 10^7; with 3, one slow round of the
+    16-core VM decided the median."""
     name, dtype, n = LARGE
     return [(f"cpu {case.name} {np.dtype(dtype).name} n={n:.0e}",
-             lambda case=case: [main_row(case, dtype, n, quick=True)])
+             lambda case=case: [main_row(case, dtype, n, quick=False)])
             for case in selected if case.name == name]
 
 
