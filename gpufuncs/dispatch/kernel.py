@@ -58,7 +58,7 @@ from .plan import (
     where_arg,
 )
 
-#: Resolved calls kept per kernel (one per call signature); the cache is emptied when full.
+#: Resolved calls kept per kernel and target asked for (one per call signature); a full table is emptied.
 RESOLVED_CACHE_SIZE = 256
 
 #: Keywords that some target accepts (``stream`` and ``device`` for cuda); other targets refuse
@@ -193,7 +193,9 @@ class Kernel:
         self.registry: Any = None  # set by the registry that holds this kernel (for pickling)
         self._compiled: dict[str, Any] = {}
         self._compile_lock = threading.Lock()
-        self._resolved: dict[Any, ResolvedCall] = {}
+        # Resolved calls by the target asked for, then by call signature: ``target=`` then
+        # costs a lookup, not a longer key to build and hash on every call.
+        self._resolved: dict[str, dict[Any, ResolvedCall]] = {}
         # Output-only core sizes (hermite_norm's n) shape the result: keyed by value.
         dims = spec.layout.output_only_dims if spec.layout else ()
         self._sizes = slice(spec.nin, spec.nin + len(dims)) if dims else None
@@ -273,7 +275,7 @@ class Kernel:
     def __call__(self, *args: Any, target: str = "auto", **kwargs: Any) -> Any:
         """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
         # ``target`` is a parameter of its own so that ``target="cpu"`` needs no keyword dict:
-        # it is keyed last, whatever the other keywords, and put back in ``kwargs`` on a miss.
+        # it picks the table of resolved calls, and is put back in ``kwargs`` on a miss.
         # Each argument keyed inline (see args.keyer_of): this runs on every call.
         if len(args) == 1:  # (a comprehension is a frame of its own before Python 3.12)
             key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
@@ -281,12 +283,10 @@ class Kernel:
             key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
         if kwargs:
             key = keywords_key(key, kwargs)
-        if target != "auto":
-            key += ("target", target)
         if self._sizes is not None:
             key = (key, args[self._sizes])
         try:
-            resolved = self._resolved[key]
+            resolved = self._resolved[target][key]
         except (KeyError, TypeError) as missed:  # TypeError: a call signature that cannot be keyed
             if target != "auto":
                 kwargs["target"] = target
@@ -320,9 +320,10 @@ class Kernel:
         resolved = ResolvedCall(self, call, ops, target, executor,
                                 where is not None and mask is not call.where)
         if key is not None:
-            if len(self._resolved) >= RESOLVED_CACHE_SIZE:
-                self._resolved.clear()
-            self._resolved[key] = resolved
+            table = self._resolved.setdefault(call.target, {})
+            if len(table) >= RESOLVED_CACHE_SIZE:
+                table.clear()
+            table[key] = resolved
         return resolved
 
     def _choose_target(self, call: Call, plan: Plan) -> str:
