@@ -76,9 +76,11 @@ def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> dict[str, f
     lands on one contender alone. With ``auto`` always measured right after ``parallel``, the
     16-core VM gave ``auto`` 1.38x ``cpu`` for clamp at 10 elements, where both run one loop.
     """
-    # 11 rounds up to 10^6: on the 16-core VM one call in several of ``parallel`` takes 3-5x
-    # its usual time (a stalled thread stalls the call), and 7 samples let that reach medians.
-    rounds = 3 if quick else 7 if n >= 10**7 else 11
+    # 11 rounds: on the 16-core VM one call in several of ``parallel`` takes 3-5x its usual
+    # time (a stalled thread stalls the call), and 7 samples let that reach medians; so do the
+    # 2-core VM's slow phases at 10^7 (auto 1.17x parallel there, the same executor). 7 at
+    # 10^8, whose rounds take seconds.
+    rounds = 3 if quick else 7 if n >= 10**8 else 11
     found: dict[str, list[float]] = {label: [] for label in fns}
     order = list(fns)
     shuffle = random.Random(n).shuffle  # the same orders in every run
@@ -175,7 +177,7 @@ def main_steps(selected: list[Case], sizes: tuple[int, ...] = SIZES,
 
 def large_steps(selected: list[Case]) -> list[Step]:
     """The :data:`LARGE` row (``parallel`` against ``cpu`` on many cores), if its kernel is
-    selected: 7 rounds (about 45 s on 16 cores), as for 10^7; with 3, one slow round of the
+    selected: 7 rounds (about 45 s on 16 cores); with 3, one slow round of the
     16-core VM decided the median."""
     name, dtype, n = LARGE
     return [(f"cpu {case.name} {np.dtype(dtype).name} n={n:.0e}",
