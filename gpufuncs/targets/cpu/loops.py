@@ -109,35 +109,35 @@ def _unaliased_typing(args, outs):
 
 def overlaps(a: Any, outs: tuple[Any, ...]) -> bool:
     """Whether C-contiguous ``a`` shares memory with any of ``outs`` other than itself."""
-    return any(a.size and o.size and a.ctypes.data < o.ctypes.data + o.nbytes
-               and o.ctypes.data < a.ctypes.data + a.nbytes and not is_itself(a, o) for o in outs)
+    def span(x: Any) -> tuple[int, int]:
+        return x.ctypes.data, x.ctypes.data + x.nbytes
+
+    return any(a.size and o.size and span(a)[0] < span(o)[1] and span(o)[0] < span(a)[1]
+               and not (span(a) == span(o) and a.shape == o.shape and a.dtype == o.dtype)
+               for o in outs)
 
 
 @overload(overlaps, inline="always")
 def _overlaps_typing(a, outs):
     if len(outs) == 0:
         return lambda a, outs: False
+    if outs[0].ndim == a.ndim and outs[0].dtype == a.dtype:  # may be the output itself
+        def alike(a, outs):
+            o = outs[0]
+            lo, lo_o = a.ctypes.data, o.ctypes.data
+            if a.size and o.size and lo < lo_o + o.nbytes and lo_o < lo + a.nbytes and \
+                    not (lo == lo_o and a.shape == o.shape):
+                return True
+            return overlaps(a, outs[1:])
+        return alike
 
-    def impl(a, outs):
+    def unlike(a, outs):
         o = outs[0]
         lo, lo_o = a.ctypes.data, o.ctypes.data
-        if a.size and o.size and lo < lo_o + o.nbytes and lo_o < lo + a.nbytes and not is_itself(a, o):
+        if a.size and o.size and lo < lo_o + o.nbytes and lo_o < lo + a.nbytes:
             return True
         return overlaps(a, outs[1:])
-    return impl
-
-
-def is_itself(a: Any, o: Any) -> bool:
-    """Whether ``a`` is ``o`` element for element: the same memory, shape and dtype."""
-    return a.ctypes.data == o.ctypes.data and a.shape == o.shape and a.dtype == o.dtype
-
-
-@overload(is_itself, inline="always")
-def _is_itself_typing(a, o):
-    # Decided by type where it can be: parallel loops refuse to compare shapes of other lengths.
-    if a.ndim == o.ndim and a.dtype == o.dtype:
-        return lambda a, o: a.ctypes.data == o.ctypes.data and a.shape == o.shape
-    return lambda a, o: False
+    return unlike
 
 
 def rows(outs: tuple[Any, ...], i: int) -> tuple[Any, ...]:
