@@ -91,39 +91,3 @@ def test_exp_within_one_ulp_of_the_correctly_rounded_value(dtype, target):
 def test_the_kernels_own_math_module_is_untouched():
     """The cpu loops compile a copy of the kernel: the registered function keeps ``math``."""
     assert gf.exp.spec.pyfunc.__globals__["math"] is math
-
-
-@pytest.mark.parametrize("n", [10, 200_001])
-def test_the_loops_read_inputs_that_overlap_an_output_before_writing(n):
-    """Each loop (cpu, masked, parallel) checks for itself whether an input shares memory with
-    an output (``loops.unaliased``), and reads such an input from a copy: the result is that of
-    the same call on a copy. Writing in place (the input is the output) needs no copy."""
-    rng = np.random.default_rng(n)
-    loop, masked, parallel = gf.exp.compiled("cpu").loops(np.dtype(np.float64))
-    where = rng.random(n) > 0.5
-    for x_at, out_at in ((0, 3), (3, 0), (0, 0)):
-        base = rng.normal(size=n + 3)
-        x, out = base[x_at:x_at + n], base[out_at:out_at + n]
-        expected = gf.exp(x.copy(), target="cpu")
-        masked_expected = np.where(where, expected, out)
-        for run in (loop, parallel):
-            trial = base.copy()
-            run(trial[out_at:out_at + n], trial[x_at:x_at + n])
-            np.testing.assert_array_equal(trial[out_at:out_at + n], expected,
-                                          err_msg=f"x at {x_at}, out at {out_at}: {run.__name__}")
-        masked(out, where, x)
-        np.testing.assert_array_equal(out, masked_expected, err_msg=f"x at {x_at}, out at {out_at}: masked")
-
-
-@pytest.mark.parametrize("target", ["cpu", "parallel"])
-def test_a_gufunc_input_inside_its_out_is_read_before_writing(target):
-    """``hermite_norm``'s samples lie in the memory of its ``out=`` (every row of which it writes
-    in full), also with ``where=``."""
-    rng = np.random.default_rng(7)
-    for masks in (False, True):
-        out = rng.normal(size=(50_001, 6))
-        x = out.reshape(-1)[5:50_006]  # contiguous, overlapping the first rows of out
-        where = rng.random(50_001) > 0.5 if masks else np.ones(50_001, bool)
-        expected = np.where(where[:, None], gf.hermite_norm(x.copy(), 6, target=target), out)
-        gf.hermite_norm(x, 6, out=out, where=where if masks else True, target=target)
-        np.testing.assert_array_equal(out, expected)

@@ -291,13 +291,13 @@ def _int_scalars(plan: Plan) -> list[int]:
     return [i for i, a in enumerate(plan.inputs) if a.role == SCALAR and a.dtype is int]
 
 
-def _loop_args(inputs: tuple[Any, ...], ints: list[int]) -> list[Any]:
-    """The inputs as a flat loop takes them: Python ints as floats. (Inputs that overlap an
-    ``out=`` array the loops themselves read from copies: see ``loops.unaliased``.)"""
+def _loop_args(inputs: tuple[Any, ...], outs: Any, ints: list[int]) -> list[Any]:
+    """The inputs as a flat loop takes them: Python ints as floats, and read from a copy where
+    they overlap an ``out=`` array."""
     args = list(inputs)
     for i in ints:
         args[i] = float(args[i])
-    return args
+    return args if outs is None else read_before_write(args, outs)
 
 
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
@@ -318,20 +318,20 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
                 out = np.empty(shape, dtype)
                 run(out, inputs)
                 return (out,)
-            run(outs[0], inputs)
+            run(outs[0], read_before_write(inputs, outs))
             return outs
 
         return execute
 
     if not ints and not transposed and plan.outs is not None:
         def execute_masked(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            run(outs[0], where, inputs)
+            run(outs[0], where, read_before_write(inputs, outs))
             return outs
 
         return execute_masked
 
     def execute_general(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = _loop_args(inputs, ints)
+        args = _loop_args(inputs, outs, ints)
         out = outs[0] if outs is not None else np.empty(shape, dtype, order=order)
         masks = () if where is True else (where,)
         if transposed:
@@ -366,6 +366,8 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
                 outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
+            else:
+                inputs = read_before_write(inputs, outs)
             if where is True:
                 run(outs, inputs)
             else:
@@ -375,7 +377,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         return execute_flat
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = _loop_args(inputs, ints)
+        args = _loop_args(inputs, outs, ints)
         if outs is None:
             outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
         for i, shape in enumerate(rows):

@@ -86,60 +86,6 @@ def chunks(rows: int, row_size: int) -> int:
     return max(1, min(MAX_CHUNKS, rows // per_chunk))
 
 
-def unaliased(args: tuple[Any, ...], outs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The arguments, each array that shares memory with an output (other than that very
-    output, element for element) replaced by a copy: NumPy's result is that of a call that
-    reads every input before it writes, and the loops write as they go. The arrays are
-    C-contiguous, so their memory is ``[data, data + nbytes)``; checked here, in the loop, a
-    call with ``out=`` pays nothing for it in Python."""
-    return tuple(a.copy() if getattr(a, "ndim", 0) and overlaps(a, outs) else a for a in args)
-
-
-@overload(unaliased, inline="always")
-def _unaliased_typing(args, outs):
-    if len(args) == 0:
-        return lambda args, outs: ()
-    if isinstance(args[0], types.Array):
-        def impl(args, outs):
-            head = args[0].copy() if overlaps(args[0], outs) else args[0]
-            return (head,) + unaliased(args[1:], outs)
-        return impl
-    return lambda args, outs: (args[0],) + unaliased(args[1:], outs)
-
-
-def overlaps(a: Any, outs: tuple[Any, ...]) -> bool:
-    """Whether C-contiguous ``a`` shares memory with any of ``outs`` other than itself."""
-    def span(x: Any) -> tuple[int, int]:
-        return x.ctypes.data, x.ctypes.data + x.nbytes
-
-    return any(a.size and o.size and span(a)[0] < span(o)[1] and span(o)[0] < span(a)[1]
-               and not (span(a) == span(o) and a.shape == o.shape and a.dtype == o.dtype)
-               for o in outs)
-
-
-@overload(overlaps, inline="always")
-def _overlaps_typing(a, outs):
-    if len(outs) == 0:
-        return lambda a, outs: False
-    if outs[0].ndim == a.ndim and outs[0].dtype == a.dtype:  # may be the output itself
-        def alike(a, outs):
-            o = outs[0]
-            lo, lo_o = a.ctypes.data, o.ctypes.data
-            if a.size and o.size and lo < lo_o + o.nbytes and lo_o < lo + a.nbytes and \
-                    not (lo == lo_o and a.shape == o.shape):
-                return True
-            return overlaps(a, outs[1:])
-        return alike
-
-    def unlike(a, outs):
-        o = outs[0]
-        lo, lo_o = a.ctypes.data, o.ctypes.data
-        if a.size and o.size and lo < lo_o + o.nbytes and lo_o < lo + a.nbytes:
-            return True
-        return overlaps(a, outs[1:])
-    return unlike
-
-
 def rows(outs: tuple[Any, ...], i: int) -> tuple[Any, ...]:
     """Row ``i`` of every gufunc output (a view the scalar function writes into)."""
     return tuple(o[i] for o in outs)
@@ -193,8 +139,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple
     ``masked(out, where, *args)`` only where ``where[i]``, ``parallel(out, *args)`` the same as
     ``loop`` over a few contiguous chunks per thread, each chunk running the serial loop (so it
     vectorizes the same way). Arrays are C-contiguous of the output's shape (any number of
-    dimensions: the loops see them flat). Inputs that share memory with ``out`` are read from
-    copies (:func:`unaliased`). ``key`` keys their disk cache (``None``: none).
+    dimensions: the loops see them flat). ``key`` keys their disk cache (``None``: none).
     """
 
     def body(out, *args):
@@ -204,18 +149,16 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple
     serial = _jit(body, key)
 
     def loop(out, *args):
-        serial(out.reshape(out.size), *flat(unaliased(args, (out,))))
+        serial(out.reshape(out.size), *flat(args))
 
     def masked(out, where, *args):
-        args = flat(unaliased(args, (out,)))
-        out, where = out.reshape(out.size), where.reshape(where.size)
+        out, where, args = out.reshape(out.size), where.reshape(where.size), flat(args)
         for i in range(out.size):
             if where[i]:
                 out[i] = scalar(*elements(args, i, cast))
 
     def parallel(out, *args):
-        args = flat(unaliased(args, (out,)))
-        out = out.reshape(out.size)
+        out, args = out.reshape(out.size), flat(args)
         n = out.size
         pieces = chunks(n, 1)
         for c in prange(pieces):
@@ -231,31 +174,26 @@ def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tupl
     ``loop(outs, *args)`` calls ``f(*args at i, *rows of outs at i)`` for every row ``i`` of the
     outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it);
     ``masked(outs, where, *args)`` only for the rows where ``where[i]``; ``parallel`` runs the
-    loop over contiguous chunks of rows, a few per thread. Inputs that share memory with an
-    output are read from copies (:func:`unaliased`).
+    loop over contiguous chunks of rows, a few per thread.
     """
 
     def body(outs, *args):
         for i in range(outs[0].shape[0]):
             scalar(*(elements(args, i, cast) + rows(outs, i)))
 
-    serial = _jit(body, key)
-
-    def loop(outs, *args):
-        serial(outs, *unaliased(args, outs))
-
     def masked(outs, where, *args):
-        args, where = unaliased(args, outs), where.reshape(where.size)
+        where = where.reshape(where.size)
         for i in range(outs[0].shape[0]):
             if where[i]:
                 scalar(*(elements(args, i, cast) + rows(outs, i)))
 
+    serial = _jit(body, key)
+
     def parallel(outs, *args):
-        args = unaliased(args, outs)
         n = outs[0].shape[0]
         pieces = chunks(n, outs[0].size // max(1, n))
         for c in prange(pieces):
             lo, hi = c * n // pieces, (c + 1) * n // pieces
             serial(sliced(outs, lo, hi), *sliced(args, lo, hi))
 
-    return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
+    return serial, _jit(masked, key), _jit(parallel, key, parallel=True)
