@@ -91,3 +91,17 @@ def test_exp_within_one_ulp_of_the_correctly_rounded_value(dtype, target):
 def test_the_kernels_own_math_module_is_untouched():
     """The cpu loops compile a copy of the kernel: the registered function keeps ``math``."""
     assert gf.exp.spec.pyfunc.__globals__["math"] is math
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_a_gufunc_input_inside_its_out_is_read_before_writing(target):
+    """``hermite_norm``'s samples lie in the memory of its ``out=`` (every row of which it
+    writes in full), also with ``where=``: the result is that of the same call on a copy."""
+    rng = np.random.default_rng(7)
+    for masks in (False, True):
+        out = rng.normal(size=(50_001, 6))
+        x = out.reshape(-1)[5:50_006]  # contiguous, overlapping the first rows of out
+        where = rng.random(50_001) > 0.5 if masks else np.ones(50_001, bool)
+        expected = np.where(where[:, None], gf.hermite_norm(x.copy(), 6, target=target), out)
+        gf.hermite_norm(x, 6, out=out, where=where if masks else True, target=target)
+        np.testing.assert_array_equal(out, expected)
