@@ -173,6 +173,30 @@ def test_python_float_scalars_in_a_float32_call_are_numpys_float32(cp):
         np.testing.assert_array_equal(gf.clamp(dx, -1e300, 0.5).get(), np.clip(x, -np.inf, np.float32(0.5)))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_and_large_calls_take_their_own_thread_layout_and_agree(dtype, cp):
+    """Calls too small to give every multiprocessor a block of several elements per thread run
+    one element per thread (lower latency); larger ones several. Around the switch (block edges,
+    a partial last block) both layouts meet the kernels' declared tolerances, and an element
+    computed in a small call is bit for bit the one computed in a large call."""
+    from gpufuncs.targets.cuda.compile import elements_per_thread
+    from gpufuncs.targets.cuda.runtime import BLOCK, get_runtime
+
+    multiprocessors = get_runtime(0).multiprocessors
+    per_thread = elements_per_thread(gf.gaussian.spec, np.dtype(dtype), 10**9, multiprocessors)
+    switch = BLOCK * per_thread * multiprocessors
+    sizes = (1, 1000, switch - 1, switch, switch + 1, 3 * switch + 7)
+    assert {elements_per_thread(gf.gaussian.spec, np.dtype(dtype), n, multiprocessors)
+            for n in sizes} == {1, per_thread}
+    for n in sizes:
+        x = normal(n, dtype)
+        for kernel, args in ((gf.gaussian, (0.25, 1.5)), (gf.exp, ()), (gf.clamp, (-1.0, 1.0))):
+            result = kernel(cp.asarray(x), *args).get()
+            compare(kernel, (x, *args), result, dtype=dtype, target="cuda")
+            tail = slice(max(0, n - 999), n)
+            np.testing.assert_array_equal(kernel(cp.asarray(x[tail]), *args).get(), result[tail])
+
+
 def test_dtype_casting_and_order_keywords_on_device(cp):
     x = normal((64, 48), np.float64)
     in_f32 = gf.exp(cp.asarray(x), dtype=np.float32)

@@ -56,19 +56,23 @@ if not SIMULATED:
         overflow warning, where struct alone would refuse the value)."""
         from gpufuncs.targets.cuda.launch import Packer, _Hole
 
-        packer = Packer((_Hole(0, np.dtype(np.float32), False), _Hole(1, np.dtype(np.float32), True)))
         rng = np.random.default_rng(7)
         values = [*rng.normal(size=200) * 10.0 ** rng.integers(-45, 38, 200), 3.4028234663852886e38,
                   1.401298464324817e-45, 5e-324, -0.0, float("inf"), float("nan")]
-        for value in values:
-            packer.pack([value, 0x1234])
-            stored = packer._local.store
-            assert stored[0].astype(np.uint32) == np.float32(value).view(np.uint32), value
-            assert stored[1] == 0x1234
-        for huge in (1e300, -1e39, 3.4028235677973366e38):  # the last rounds up past float32's max
-            with pytest.warns(RuntimeWarning, match="overflow"):
-                packer.pack([huge, 0x1234])
-            assert np.uint32(packer._local.store[0]).view(np.float32) == np.float32(np.sign(huge) * np.inf)
+        for launches in (False, True):  # the method, and the closure that launches call
+            packer = Packer((_Hole(0, np.dtype(np.float32), False), _Hole(1, np.dtype(np.float32), True)))
+            pack = packer.packer() if launches else packer.pack
+            for value in values:
+                address = pack([value, 0x1234])
+                stored = packer._local.store
+                assert address == packer._local.address
+                assert stored[0].astype(np.uint32) == np.float32(value).view(np.uint32), value
+                assert stored[1] == 0x1234
+            for huge in (1e300, -1e39, 3.4028235677973366e38):  # the last rounds up past float32's max
+                with pytest.warns(RuntimeWarning, match="overflow"):
+                    pack([huge, 0x1234])
+                stored = np.uint32(packer._local.store[0]).view(np.float32)
+                assert stored == np.float32(np.sign(huge) * np.inf)
 
 else:
     from numba import cuda

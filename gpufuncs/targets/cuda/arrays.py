@@ -129,7 +129,7 @@ def producer_stream(kind: str, device: int = 0) -> Callable[[Any], int | None]:
         return lambda a: get_current_stream().ptr
     if kind == TORCH:
         current = compat.torch_stream_getter()
-        return lambda a: current(a.get_device())  # an int, for less than ``a.device.index``
+        return lambda a: current(device)  # the call signature fixes the device
     return _STREAMS[kind]
 
 
@@ -168,7 +168,7 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: S
         return _cupy_allocator(storage, dtype, None if identity else back,
                                device if runtime.switching else None)
     if kind == TORCH:
-        return _torch_allocator(storage, dtype, None if identity else back, like_layout), None
+        return _torch_allocator(storage, dtype, None if identity else back, like_layout, device), None
     if kind == SIM:
         return (lambda like, handle, current: _sim_output(storage, dtype, back)), None
     return _numba_allocator(shape, storage, dtype, back, runtime)
@@ -206,20 +206,19 @@ def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, 
 
 
 def _torch_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,
-                     like_layout: bool) -> Allocate:
+                     like_layout: bool, device: int) -> Allocate:
     import torch
 
     tdtype = next(t for t, d in torch_dtypes().items() if d == dtype)
     current = compat.torch_stream_getter()
 
     def allocate(like: Any, handle: int, on_current: bool) -> tuple[Any, int]:
-        device = like.device
         # empty_like reads shape, dtype and device from ``like`` instead of parsing arguments
         # (half the cost of torch.empty for a small call); new_empty at least skips the device.
         out = torch.empty_like(like) if like_layout else like.new_empty(storage, dtype=tdtype)
-        if not on_current and handle != current(device.index):
+        if not on_current and handle != current(device):
             # torch's caching allocator must not reuse the memory before our stream is done.
-            out.record_stream(torch.cuda.ExternalStream(handle, device=device))
+            out.record_stream(torch.cuda.ExternalStream(handle, device=like.device))
         return (out if back is None else out.permute(back)), out.data_ptr()
 
     return allocate
@@ -244,11 +243,10 @@ def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np
                      back: tuple[int, ...], runtime: Any) -> tuple[Allocate, Wrap]:
     """From the target's stream-ordered pool; the buffer, wrapped, is a Numba device array."""
     stored = c_strides(storage, dtype.itemsize)
-    strides = tuple(stored[b] for b in back)
-    device = runtime.ordinal
+    make = compat.numba_array_maker(shape, tuple(stored[b] for b in back), dtype, runtime.ordinal)
 
     def wrap(buffer: Any, address: int) -> Any:
-        return compat.numba_device_array(address, buffer.size, buffer, shape, strides, dtype, device)
+        return make(address, buffer.size, buffer)
 
     return buffer_allocator(math.prod(storage) * dtype.itemsize, runtime), wrap
 

@@ -121,29 +121,26 @@ def portable_pinned(nbytes: int) -> np.ndarray:
     return np.ndarray((nbytes,), np.uint8, buffer=buffer)
 
 
-_TEMPLATES: dict[tuple[Any, ...], Any] = {}
+def numba_array_maker(shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype,
+                      device: int = 0) -> Callable[[int, int, Any], Any]:
+    """``make(address, nbytes, owner)``: a Numba ``DeviceNDArray`` of this layout over memory
+    we own on ``device`` (``owner`` is kept alive with it).
 
-
-def numba_device_array(address: int, nbytes: int, owner: Any, shape: tuple[int, ...],
-                       strides: tuple[int, ...], dtype: np.dtype, device: int = 0) -> Any:
-    """A Numba ``DeviceNDArray`` over memory we own on ``device`` (``owner`` is kept alive
-    with it).
-
-    Numba's constructor re-derives the layout on every call (about 10 us); arrays of a shape
-    already seen are cloned from a template and given their own memory pointer instead.
+    Numba's constructor re-derives the layout on every call (about 10 us); each array is
+    cloned from a template made here once and given its own memory pointer instead.
     """
     device_array, driver, context = _numba_parts(device)
-    key = (shape, strides, dtype, device)
-    template = _TEMPLATES.get(key)
-    if template is None:
-        if len(_TEMPLATES) > 256:
-            _TEMPLATES.clear()
-        null = driver.MemoryPointer(context, driver.binding.CUdeviceptr(0), 0)
-        template = _TEMPLATES[key] = device_array(shape, strides, dtype, gpu_data=null)
-    array = object.__new__(device_array)
-    array.__dict__.update(template.__dict__)
-    array.gpu_data = driver.MemoryPointer(context, driver.binding.CUdeviceptr(address), nbytes, owner=owner)
-    return array
+    null = driver.MemoryPointer(context, driver.binding.CUdeviceptr(0), 0)
+    template = device_array(shape, strides, dtype, gpu_data=null).__dict__
+    new, memory, pointer = object.__new__, driver.MemoryPointer, driver.binding.CUdeviceptr
+
+    def make(address: int, nbytes: int, owner: Any) -> Any:
+        array = new(device_array)
+        array.__dict__.update(template)
+        array.gpu_data = memory(context, pointer(address), nbytes, owner=owner)
+        return array
+
+    return make
 
 
 # -- other libraries ---------------------------------------------------------------------------------

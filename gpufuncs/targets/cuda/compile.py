@@ -22,16 +22,23 @@ from ...spec import KernelSpec
 from ..base import interrupts_deferred
 from .compat import SIMULATED, keyed_cache, loaded_kernel
 from .kernels import gufunc_kernel, ufunc_kernel
-from .runtime import get_runtime
+from .runtime import BLOCK, get_runtime
 
 
 class CudaCompileError(RuntimeError):
     """A kernel could not be compiled for the cuda target; the message names the kernel."""
 
 
-def elements_per_thread(spec: KernelSpec, loop_dtype: np.dtype) -> int:
-    """Loop elements per thread: 16 bytes of each input in flight for elementwise kernels."""
-    return 1 if spec.layout is not None else max(1, 16 // np.dtype(loop_dtype).itemsize)
+def elements_per_thread(spec: KernelSpec, loop_dtype: np.dtype, n: int, multiprocessors: int) -> int:
+    """Loop elements per thread: for elementwise kernels 16 bytes of each input in flight, where
+    ``n`` elements give every one of the GPU's ``multiprocessors`` a block that way. Fewer
+    elements take one per thread: the call then waits for the kernel's latency, not for memory
+    bandwidth, and four elements in a thread compute one after the other (measured on an H100
+    at 10^3 float32 elements: 2.6 us against 2.2 us of GPU time, the same as CuPy's)."""
+    if spec.layout is not None:
+        return 1
+    per_thread = max(1, 16 // np.dtype(loop_dtype).itemsize)
+    return per_thread if n >= BLOCK * per_thread * multiprocessors else 1
 
 
 class CudaKernels:
@@ -45,7 +52,7 @@ class CudaKernels:
         self.spec = spec
         options = {} if SIMULATED else {"forceinline": True}
         self.device_function = cuda.jit(device=True, **options)(spec.pyfunc)
-        self._dispatchers: dict[np.dtype, Any] = {}
+        self._dispatchers: dict[tuple[np.dtype, int], Any] = {}
         self._launchable: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self._lock = threading.Lock()
         self._numba_object: Any = None
@@ -57,39 +64,41 @@ class CudaKernels:
                 self._numba_object = numba_object(self.spec)
         return self._numba_object
 
-    def get(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], device: int = 0) -> tuple[Any, int]:
-        """The launchable kernel for the loop dtype and Numba argument types on GPU ``device``
-        (compiled once, loaded per device, on first use), and the loop elements per thread."""
-        key = (loop_dtype, argtypes, device)
+    def get(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], n: int,
+            device: int = 0) -> tuple[Any, int]:
+        """The launchable kernel for the loop dtype and Numba argument types over ``n`` loop
+        elements on GPU ``device`` (compiled once, loaded per device, on first use), and the
+        loop elements each of its threads handles."""
+        per_thread = elements_per_thread(self.spec, loop_dtype, n, get_runtime(device).multiprocessors)
+        key = (loop_dtype, argtypes, per_thread, device)
         found = self._launchable.get(key)
         if found is None:
             with self._lock:
                 found = self._launchable.get(key)
                 if found is None:
-                    found = (self._compile(loop_dtype, argtypes, device),
-                             elements_per_thread(self.spec, loop_dtype))
-                    self._launchable[key] = found
-        return found
+                    found = self._launchable[key] = self._compile(loop_dtype, argtypes, per_thread, device)
+        return found, per_thread
 
-    def _dispatcher(self, loop_dtype: np.dtype) -> Any:
-        found = self._dispatchers.get(loop_dtype)
+    def _dispatcher(self, loop_dtype: np.dtype, per_thread: int) -> Any:
+        found = self._dispatchers.get((loop_dtype, per_thread))
         if found is None:
             cast = from_dtype(loop_dtype)
             spec = self.spec
             if spec.layout is None:
-                per_thread = elements_per_thread(spec, loop_dtype)
                 body = ufunc_kernel(self.device_function, cast, spec.nin, per_thread)
             else:
                 body = gufunc_kernel(self.device_function, cast)
             found = cuda.jit(body) if SIMULATED or spec.source_key is None else cuda.jit(cache=True)(body)
             if not SIMULATED and spec.source_key is not None:
-                keyed_cache(found, body, spec.source_key)
-            self._dispatchers[loop_dtype] = found
+                # Keyed on the elements per thread too: the variants share the kernel's code.
+                keyed_cache(found, body, f"{spec.source_key}/{per_thread}")
+            self._dispatchers[(loop_dtype, per_thread)] = found
         return found
 
-    def _compile(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], device: int) -> Any:
+    def _compile(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], per_thread: int,
+                 device: int) -> Any:
         try:
-            dispatcher = self._dispatcher(loop_dtype)
+            dispatcher = self._dispatcher(loop_dtype, per_thread)
             if SIMULATED:
                 return dispatcher
             # Numba compiles an overload once and loads its module per device, in the current

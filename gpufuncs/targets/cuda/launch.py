@@ -171,13 +171,25 @@ class Packer:
         except AttributeError:
             store, address = self._buffer()
         try:
-            if self._prefix:  # _write's common case, inlined: this runs on every launch
-                self._values.pack_into(store, 0, *values)
-            else:
-                self._write(store, values)
+            self._write(store, values)
         except OverflowError:
             self._write(store, [v if cast is None else cast(v) for v, cast in zip(values, self._casts)])
         return address
+
+    def packer(self) -> Callable[[Sequence[Any]], int]:
+        """:meth:`pack` as a closure over what it reads: this runs on every launch, and where
+        the per-call values come first (the flat path) it is one ``struct`` call."""
+        if not self._prefix:
+            return self.pack
+        local, pack_into, pack = self._local, self._values.pack_into, self.pack
+
+        def pack_prefix(values: Sequence[Any]) -> int:
+            try:
+                pack_into(local.store, 0, *values)
+                return local.address
+            except (AttributeError, OverflowError):  # this thread's first pack; a value out of range
+                return pack(values)
+        return pack_prefix
 
     def _write(self, store: np.ndarray, values: Sequence[Any]) -> None:
         if self._prefix:
@@ -285,7 +297,7 @@ class LaunchPlan:
         else:
             self.params = (tuple(p for p, _ in params), tuple(s for _, s in params), w, sw, shape, self.n)
         argtypes = tuple(_numba_type(p) for p in self.params)
-        self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes, device)
+        self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes, self.n, device)
         self.blocks = -(-self.n // (BLOCK * per_thread))
         runtime = get_runtime(device)
         #: ``launch(values, handle)``: launch on the stream ``handle`` with this call's pointers
@@ -294,7 +306,7 @@ class LaunchPlan:
         self.launch: Callable[[Sequence[Any], int], None] = _nothing
         if self.n:
             layout = self.params
-            pack = (lambda values: _sim(layout, values)) if runtime.simulated else Packer(layout).pack
+            pack = (lambda values: _sim(layout, values)) if runtime.simulated else Packer(layout).packer()
             self.launch = runtime.launcher(self.kernel, self.blocks, pack)
 
 

@@ -97,6 +97,8 @@ class Runtime:
         self.switching = device_count() > 1
         self._device_type = Device
         self.device = Device(device)
+        #: Streaming multiprocessors: how many blocks a launch needs to use the whole GPU.
+        self.multiprocessors = self.device.properties.multiprocessor_count
         #: Has the attribute ``here`` in each thread whose device is bound (:meth:`bind_thread`);
         #: executors test it inline (``hasattr``, a C call), not by calling a method each time.
         self.bound = threading.local()
@@ -306,6 +308,7 @@ class SimRuntime(Runtime):
     """The same services over host memory, for ``NUMBA_ENABLE_CUDASIM=1``."""
 
     simulated = True
+    multiprocessors = 1
 
     def __init__(self, device: int = 0) -> None:  # nothing of the real runtime is needed
         self._streams: dict[int, Any] = {}
