@@ -333,6 +333,22 @@ def test_cupy_current_stream_orders_the_call(cp):
     assert bool((y == np.float32(np.e)).all())
 
 
+def test_torch_tensors_on_the_cpu_and_the_gpu_are_told_apart_on_every_call(torch):
+    """A CPU tensor and a CUDA tensor of one dtype and shape have different call signatures,
+    whichever comes first: the CPU one computes on the host, the CUDA one on the GPU."""
+    x = np.linspace(-2, 2, 50)
+    on_host, on_device = torch.as_tensor(x), torch.as_tensor(x, device="cuda")
+    expected = gf.exp(x, target="cpu")
+    for tensor in (on_host, on_device, on_host, on_device):
+        result = gf.exp(tensor)
+        if tensor.is_cuda:
+            assert isinstance(result, torch.Tensor) and result.is_cuda
+            compare(gf.exp, (x,), result.cpu().numpy(), target="cuda")
+        else:
+            assert not getattr(result, "is_cuda", False)
+            np.testing.assert_array_equal(np.asarray(result), expected)
+
+
 def test_torch_current_stream_orders_the_call(torch):
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):

@@ -14,19 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..targets import DEVICE_ARRAYS, HOST, NUMPY_SCALAR, SCALAR, Arg, DeviceArrays
+from ..targets import DEVICE_ARRAYS, HOST, NUMPY_SCALAR, SCALAR, UNKEYABLE, Arg, DeviceArrays
 
 WEAK_SCALARS = (bool, int, float)
-
-
-class _Unkeyable:
-    """Stands in a key for an argument that is described afresh on every call; being
-    unhashable, it turns the dictionary lookup of the whole key into a ``TypeError``."""
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-UNKEYABLE = _Unkeyable()
 
 
 def overrides_array_ufunc(cls: type) -> bool:
@@ -58,19 +48,11 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
         return _unkeyable if overrides_array_ufunc(cls) else _host_key
     if cls in WEAK_SCALARS or issubclass(cls, np.generic) or cls is type(None):
         return type  # scalars are keyed by their type (the builtin: no Python frame)
-    arrays, always = _device_arrays(cls)
+    arrays, _ = _device_arrays(cls)
     keyer = arrays.keyer(cls) if arrays is not None else None
-    if keyer is None:
-        return _unkeyable  # lists, Dask, xarray, interface dicts: the full path every time
-    if always:
-        return keyer
-
-    owns = arrays.owner(cls)
-
-    def per_instance(obj: Any) -> Any:  # torch tensors: on the GPU or not
-        return keyer(obj) if owns(obj) else UNKEYABLE
-
-    return per_instance
+    # None: lists, Dask, xarray, interface dicts take the full path every time. A target's
+    # keyer itself gives UNKEYABLE for instances it does not own (torch tensors on the CPU).
+    return _unkeyable if keyer is None else keyer
 
 
 _KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _host_key, **{c: type for c in WEAK_SCALARS}}

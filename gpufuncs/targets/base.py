@@ -221,6 +221,16 @@ class Target:
         raise NotImplementedError
 
 
+class _Unkeyable:
+    """Stands in a key for an argument that is described afresh on every call; being
+    unhashable, it turns the dictionary lookup of the whole key into a ``TypeError``."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+UNKEYABLE = _Unkeyable()
+
+
 class DeviceArrays:
     """How a target recognises its arrays; dispatch asks, and knows nothing of devices.
 
@@ -239,18 +249,15 @@ class DeviceArrays:
         """Whether this instance is one of this target's arrays."""
         return False
 
-    def owner(self, cls: type) -> Callable[[Any], bool]:
-        """:meth:`owns` for instances of ``cls`` (a class classified ``None``), decided once per
-        class: keying a call asks it on every call."""
-        return self.owns
-
     def describe(self, obj: Any) -> Arg:
         """Dtype, shape and strides of one of this target's arrays."""
         raise NotImplementedError
 
     def keyer(self, cls: type) -> Callable[[Any], Any] | None:
         """For arrays of ``cls``: a function giving a hashable summary of what :meth:`describe`
-        reads (it keys resolved calls), or ``None`` where that is not cheap."""
+        reads (it keys resolved calls), or ``None`` where that is not cheap. For a class
+        classified ``None`` it gives :data:`UNKEYABLE` for instances this target does not own
+        (checked in the same call: keying runs on every call)."""
         return None
 
     def writable(self, obj: Any) -> bool:

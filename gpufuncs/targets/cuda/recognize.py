@@ -9,14 +9,13 @@ expose: Numba device arrays (``__cuda_ndarray__``), CuPy, PyTorch CUDA tensors, 
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..base import DEVICE, Arg, DeviceArrays, c_strides, library_of
+from ..base import DEVICE, UNKEYABLE, Arg, DeviceArrays, c_strides, library_of
 
 #: DLPack device types of CUDA memory: kDLCUDA, kDLCUDAManaged.
 _DLPACK_CUDA = (2, 13)
@@ -114,11 +113,6 @@ class CudaArrays(DeviceArrays):
         device = getattr(obj, "__dlpack_device__", None)
         return device is not None and device()[0] in _DLPACK_CUDA
 
-    def owner(self, cls: type) -> Callable[[Any], bool]:
-        if library_of(cls) == "torch":
-            return operator.attrgetter("is_cuda")
-        return self.owns
-
     def describe(self, obj: Any) -> Arg:
         # With one GPU every array is on device 0, and nothing needs to ask.
         return replace(self._layout(obj), device=device_of(obj) if _several_devices() else 0)
@@ -155,9 +149,9 @@ class CudaArrays(DeviceArrays):
             return lambda obj: (cls, obj.dtype, obj.shape, True if obj._c_contiguous else obj.strides)
         if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
             return lambda obj: (cls, obj.dtype, obj.shape, obj.strides)
-        if library == "torch":
+        if library == "torch":  # a tensor on the CPU is not ours: one frame checks and keys
             return lambda obj: (cls, obj.dtype, obj.shape, True if obj.is_contiguous() else obj.stride(),
-                                obj.get_device())
+                                obj.get_device()) if obj.is_cuda else UNKEYABLE
         return None  # interface dicts and DLPack capsules: described afresh on every call
 
     def writable(self, obj: Any) -> bool:
