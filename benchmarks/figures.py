@@ -56,7 +56,8 @@ What to expect, in short:
 - **CPU, tiny calls.** {overhead} The overhead tables compare it with calling Numba's compiled
   ufunc directly.
 - **GPU.** Device arrays stay on the device; large calls run at or near the copy bandwidth;
-  small calls cost more than CuPy's Cython `ElementwiseKernel` (the tables say how much).
+  a small call costs about what CuPy's Cython `ElementwiseKernel` does, under it for some
+  array kinds and over it for others (the small-call table says which, run by run).
 """
 
 
