@@ -122,10 +122,8 @@ def describe(obj: Any) -> Arg | None:
         return Arg(NUMPY_SCALAR, cls, obj.dtype)
     if isinstance(obj, np.ndarray):
         return Arg(HOST, cls, obj.dtype, obj.shape, obj.strides)
-    arrays, always = _device_arrays(cls)
-    if arrays is not None and (always or arrays.owns(obj)):
-        return arrays.describe(obj)
-    return None
+    arrays = device_arrays_of(obj)
+    return None if arrays is None else arrays.describe(obj)
 
 
 def device_arrays_of(obj: Any) -> DeviceArrays | None:
