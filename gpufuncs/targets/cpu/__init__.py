@@ -38,6 +38,7 @@ from ..base import (
     Target,
     interrupts_deferred,
     is_contiguous,
+    overlap_guard,
     read_before_write,
 )
 from . import auto, cache, loops, vecmath
@@ -312,20 +313,21 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
     else:
         run = compiled.compile_loop(threaded if parallel else loop, (out_type, _numba_args(plan)))
 
+    guard = overlap_guard(plan)
     if not ints and not transposed and plan.where is None:
         def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
                 out = np.empty(shape, dtype)
                 run(out, inputs)
                 return (out,)
-            run(outs[0], read_before_write(inputs, outs))
+            run(outs[0], guard(inputs, outs))
             return outs
 
         return execute
 
     if not ints and not transposed and plan.outs is not None:
         def execute_masked(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            run(outs[0], where, read_before_write(inputs, outs))
+            run(outs[0], where, guard(inputs, outs))
             return outs
 
         return execute_masked
@@ -363,11 +365,13 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
     run = compiled.compile_loop(run, (outs_type, *masks, args_type))
 
     if not ints and not any(rows) and out_rows == list(plan.out_shapes):
+        guard = overlap_guard(plan)
+
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
                 outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
             else:
-                inputs = read_before_write(inputs, outs)
+                inputs = guard(inputs, outs)
             if where is True:
                 run(outs, inputs)
             else:

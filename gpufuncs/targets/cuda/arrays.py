@@ -48,8 +48,10 @@ def _cai_pointer(obj: Any) -> int:
 
 
 def _numba_pointer(obj: Any) -> int:
+    # Numba's own allocations are ``OwnedPointer`` proxies, whose ``device_pointer`` goes
+    # through a Python ``__getattr__``; their ``device_ctypes_pointer`` is a plain attribute.
     memory = obj.gpu_data  # None for an empty array
-    return int(memory.device_pointer) if memory is not None else 0
+    return memory.device_ctypes_pointer.value or 0 if memory is not None else 0
 
 
 # CuPy's and torch's read by operator's getters: C calls, no Python frame on every call.
@@ -232,11 +234,8 @@ def _sim_output(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...]
 def buffer_allocator(nbytes: int, runtime: Any) -> Allocate:
     """``allocate`` of ``nbytes`` from ``runtime``'s stream-ordered pool, as a raw buffer: a
     temporary (staging, a host ``out=``'s device copy) or a Numba output before it is wrapped."""
-    def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
-        buffer = runtime.allocate(nbytes, runtime.stream(handle))
-        return buffer, address_of(buffer)
-
-    return allocate
+    allocate_on = runtime.allocator(nbytes)
+    return lambda like, handle, current: allocate_on(handle)
 
 
 def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np.dtype,

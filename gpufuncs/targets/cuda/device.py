@@ -220,12 +220,14 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
             handle, check = arrays.stream_handle(stream), producers
         else:
             handle, check = (producers[0][1](objs[first]) or 0), others
-        waited = set()
+        waited = []
         for i, producer in check:
             other = producer(objs[i])
-            if other is not None and other not in waited and not arrays.same_stream(other, handle):
+            if other is None or other == handle:  # (most calls: one stream for every operand)
+                continue
+            if other not in waited and not arrays.same_stream(other, handle):
                 runtime.stream(handle).wait(runtime.stream(other))  # their pending work first
-                waited.add(other)
+                waited.append(other)
         return handle
 
     read_each_call = [op for op in operands if op.read is not _taken]
@@ -281,6 +283,7 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
     # One new output (every elementwise kernel) without the lists of _allocate and _wrapped's
     # generator: half a microsecond of a call of about ten.
     single_allocate, single_wrap = allocators[0] if len(allocators) == 1 else (None, None)
+    one_pair = pairs[0] if len(pairs) == 1 else None
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         if not hasattr(bound, "here"):
@@ -303,7 +306,14 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
             new = _allocate(allocators, like, handle, stream is None, values)
             launch(values, handle)
             return _wrapped(allocators, new)
-        keep = _read_before_write(values, pairs, handle, runtime) if pairs else None  # alive until launched
+        keep = None  # copies of inputs that overlap an output, alive until launched
+        if one_pair is not None:  # (the check inline: most out= calls have one input array)
+            i, k, lo, hi, out_lo, out_hi, same = one_pair
+            a, b = values[i], values[k]
+            if a + lo < b + out_hi and b + out_lo < a + hi and not (same and a == b):
+                keep = _read_before_write(values, pairs, handle, runtime)
+        elif pairs:
+            keep = _read_before_write(values, pairs, handle, runtime)
         launch(values, handle)
         del keep
         return outs
