@@ -66,8 +66,30 @@ def samples(n: int, dtype: type) -> np.ndarray:
     return np.random.default_rng(n).uniform(-4.0, 4.0, n).astype(dtype)
 
 
-def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> dict[str, float]:
-    """Median µs per call of each function, measured in rounds, each in its own shuffled order.
+class Timings:
+    """Seconds per call of each contender in every round (:func:`timed`).
+
+    ``times()`` gives each contender's median in µs; :meth:`ratio` the median over rounds of a
+    ratio taken within each round. The contenders of a round ran seconds apart at most, so a
+    per-round ratio keeps its pairing where the machine drifts between rounds: a slow phase of a
+    VM then moves both sides of one ratio rather than one median alone (on the 16-core VM,
+    ``auto`` and ``cpu`` at n = 10, one call path, differed by 1.26x as medians).
+    """
+
+    def __init__(self, rounds: dict[str, list[float]]) -> None:
+        self.rounds = rounds
+
+    def times(self) -> dict[str, float]:
+        return {label: 1e6 * statistics.median(times) for label, times in self.rounds.items()}
+
+    def ratio(self, over: str, *under: str) -> float:
+        """Median over rounds of ``over``'s time divided by the fastest of ``under``'s."""
+        rounds = zip(self.rounds[over], *(self.rounds[u] for u in under))
+        return statistics.median(mine / min(theirs) for mine, *theirs in rounds)
+
+
+def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> Timings:
+    """Each function's time per call, measured in rounds, each in its own shuffled order.
 
     The machines are noisy and drift over seconds; interleaving the contenders exposes them all
     to the same conditions, so their ratios are steadier than back-to-back blocks would give.
@@ -88,7 +110,7 @@ def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> dict[str, f
         for label in order:
             found[label].append(measure(fns[label], warmup=1, repeat=1 if n >= 10**6 else 3))
         shuffle(order)
-    return {label: 1e6 * statistics.median(times) for label, times in found.items()}
+    return Timings(found)
 
 
 def on_targets(kernel: gf.Kernel, args: tuple[Any, ...],
@@ -112,16 +134,16 @@ def main_row(case: Case, dtype: type, n: int, quick: bool) -> dict[str, Any]:
     expressions = {label: lambda f=f: f(*args) for label, f in case.expressions().items()}
     anchors = {"numba": lambda: case.bare(compiled, args), "copy": copy_of(case.nbytes(n, dtype))}
     with np.errstate(all="ignore"):
-        times = timed({**on_targets(case.kernel, args), **expressions, **anchors}, n, quick)
-    row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, "n": n, **times}
-    baseline = row[case.anchor]
+        timings = timed({**on_targets(case.kernel, args), **expressions, **anchors}, n, quick)
+    row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, "n": n, **timings.times()}
     for t in TARGETS:
-        row[f"{t}/np"] = row[t] / baseline
-    row["auto/best"] = row["auto"] / min(row["cpu"], row["parallel"])
+        row[f"{t}/np"] = timings.ratio(t, case.anchor)
+    row["auto/best"] = timings.ratio("auto", "cpu", "parallel")
+    row["cpu/parallel"] = timings.ratio("cpu", "parallel")
     if "scipy" in row:
-        row["cpu/scipy"] = row["cpu"] / row["scipy"]
-    row["auto/numba"] = row["auto"] / row["numba"]
-    row["auto/copy"] = row["auto"] / row["copy"]
+        row["cpu/scipy"] = timings.ratio("cpu", "scipy")
+    row["auto/numba"] = timings.ratio("auto", "numba")
+    row["auto/copy"] = timings.ratio("auto", "copy")
     row["GB/s"] = case.nbytes(n, dtype) / row["auto"] / 1e3  # bytes per µs / 1e3 = GB/s
     return row
 
@@ -136,18 +158,18 @@ def overhead_row(case: Case, dtype: type, quick: bool = False) -> dict[str, Any]
     where = np.ones(out.shape[: out.ndim - (1 if kernel.signature else 0)], bool)
     anchor = case.expressions()[case.anchor]
     with np.errstate(all="ignore"):
-        times = timed({"public": lambda: kernel(*args), "public cpu": lambda: kernel(*args, target="cpu"),
+        timings = timed({"public": lambda: kernel(*args), "public cpu": lambda: kernel(*args, target="cpu"),
                        "public out=": lambda: kernel(*args, out=out),
                        "public where=": lambda: kernel(*args, out=out, where=where),
                        "bare": lambda: case.bare(compiled, args),
                        "bare out=": lambda: case.bare_out(compiled, out, args),
                        "numpy": lambda: anchor(*args)}, OVERHEAD_SIZE, quick)
-    row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, **times}
-    row["public/bare"] = row["public"] / row["bare"]
-    row["cpu/bare"] = row["public cpu"] / row["bare"]
-    row["out/bare out"] = row["public out="] / row["bare out="]
-    row["where/bare out"] = row["public where="] / row["bare out="]
-    row["public/np"] = row["public"] / row["numpy"]
+    row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, **timings.times()}
+    row["public/bare"] = timings.ratio("public", "bare")
+    row["cpu/bare"] = timings.ratio("public cpu", "bare")
+    row["out/bare out"] = timings.ratio("public out=", "bare out=")
+    row["where/bare out"] = timings.ratio("public where=", "bare out=")
+    row["public/np"] = timings.ratio("public", "numpy")
     return row
 
 
@@ -156,9 +178,9 @@ def crossover_rows(case: Case) -> list[dict[str, Any]]:
     rows = []
     for n in CROSSOVER_SIZES:
         args = case.args(samples(n, np.float64))
-        times = timed(on_targets(case.kernel, args, ("cpu", "parallel")), n, False)
-        rows.append({"kernel": case.name, "outputs": n * case.outputs_per_sample, **times,
-                     "parallel/cpu": times["parallel"] / times["cpu"]})
+        timings = timed(on_targets(case.kernel, args, ("cpu", "parallel")), n, False)
+        rows.append({"kernel": case.name, "outputs": n * case.outputs_per_sample, **timings.times(),
+                     "parallel/cpu": timings.ratio("parallel", "cpu")})
     return rows
 
 
@@ -263,7 +285,7 @@ def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]],
                     found[label] = verdict(row["auto/np"], 0.3)
         row = find("gaussian", "float64", 10**8)
         if row:
-            found["gaussian float64 n=1e8 cpu/parallel"] = verdict(row["cpu"] / row["parallel"], 10, "", True)
+            found["gaussian float64 n=1e8 cpu/parallel"] = verdict(row["cpu/parallel"], 10, "", True)
     auto = max(main, key=lambda r: r["auto/best"])
     found["auto/best(cpu, parallel) (worst)"] = verdict(
         auto["auto/best"], 1.1, f"[{auto['kernel']} {auto['dtype']} n={auto['n']}]")
