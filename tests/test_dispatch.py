@@ -392,24 +392,36 @@ def test_auto_measures_the_crossover_once_per_kernel_and_dtype(restore_registry,
     assert len(measured) == 2
 
 
-@pytest.mark.parametrize("outlier", [False, True])
+@pytest.mark.parametrize("outlier", [None, "large", "small"])
 def test_auto_crossover_survives_one_slow_sample(monkeypatch, outlier):
     """Times from a model (cpu 1 us + 1 ns per element, parallel 40 us + 0.1 ns): the crossover
-    is the model's (about 43,000 elements) with clean samples, and also when parallel's sample
-    at the larger calibration size came out slow, which alone would put it at about 190,000 (the
-    1e8 that one 16-core run measured for clamp float32 came from such a sample)."""
+    is the model's (about 43,000 elements) with clean samples, and also when parallel's first
+    sample at one calibration size comes out slow. Slow at the larger size, a line fit alone
+    would put it at about 190,000 (the 1e8 that one 16-core run measured for clamp float32 came
+    from such a sample); slow at the smaller one (3.6 ms, as gaussian float32's once was on the
+    16-core VM), a line through that sample and a checked size put it at 1.1e6."""
     from gpufuncs.targets.cpu import auto
+
+    slow_at = {None: None, "large": 1 << 17, "small": 2 * loops_min_chunk()}[outlier]
+    seen = set()
 
     def model(spec, plan, compiled, target, n):
         if target == "cpu":
             return 1e-6 + 1e-9 * n
-        slow = outlier and n == auto._SIZES[1]
-        return 4e-5 + 1e-10 * n + (1e-4 if slow else 0.0)
+        slow = n == slow_at and n not in seen
+        seen.add(n)
+        return 4e-5 + 1e-10 * n + (3.6e-3 if slow else 0.0)
 
     monkeypatch.setattr(auto, "_time_at", model)
     plan = gf.exp.resolve(np.ones(10)).plan
     truth = (4e-5 - 1e-6) / (1e-9 - 1e-10)
     assert auto._measure(gf.exp.spec, plan, gf.exp.compiled) == pytest.approx(truth, rel=1e-6)
+
+
+def loops_min_chunk() -> int:
+    from gpufuncs.targets.cpu import loops
+
+    return loops.MIN_CHUNK
 
 
 def test_auto_crossover_is_never_below_two_parallel_chunks(monkeypatch):

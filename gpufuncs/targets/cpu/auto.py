@@ -4,8 +4,9 @@ A call of ``n`` loop elements costs about ``a + b*n`` on ``cpu`` and ``a' + b'*n
 ``parallel``, where ``a' > a`` is the cost of starting Numba's threads and ``b' < b`` the work
 shared among them. The crossover ``(a' - a) / (b - b')`` depends on the kernel, the dtype, the
 number of threads and the machine, so it is measured: the first ``auto`` call of a kernel and
-dtype whose size could fall on either side times both flat loops at two sizes (a few
-milliseconds, once per process) and keeps the crossover. Below :data:`ALWAYS_CPU` elements it
+dtype whose size could fall on either side times both flat loops together, at sizes halved
+from about a million outputs until ``cpu`` wins (tens of milliseconds, once per process), and
+keeps the crossover. Below :data:`ALWAYS_CPU` elements it
 picks ``cpu`` without measuring (no machine starts threads that fast). On a machine whose memory
 bandwidth one core already saturates, a memory-bound kernel may never gain from threads: its
 crossover is then infinite, and ``auto`` stays on ``cpu`` at every size.
@@ -33,8 +34,6 @@ from .loops import MIN_CHUNK
 
 #: Below this many loop elements ``auto`` always picks ``cpu``.
 ALWAYS_CPU = 1 << 12
-#: The two calibration sizes (loop elements).
-_SIZES = (1 << 13, 1 << 17)
 
 _fixed: int | None = None
 _crossovers: dict[tuple[Any, ...], float] = {}
@@ -88,24 +87,36 @@ def choose(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> str:
 
 
 def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> float:
-    """Time both targets' flat loops at two sizes on synthetic inputs; the crossover.
+    """The crossover, from both targets' flat loops timed together on synthetic inputs.
 
-    A crossover past the larger size is an extrapolation, and the slopes of a cheap kernel
-    differ by little there: one slow sample can push it out by orders of magnitude (measured:
-    1e8 for clamp float32 on 16 cores, where parallel wins from 1e5). It is checked at a size
-    :data:`_CHECK_OUTPUTS` outputs large, and refitted from there where parallel wins."""
+    They are compared at :data:`_CHECK_OUTPUTS` outputs, then at half the size while
+    ``parallel`` wins there, and the crossover is interpolated between the last two sizes, one
+    won by each target: between two sizes measured on both sides of it, not extrapolated. (Lines
+    through two sizes fitted once gave 1e8 for clamp float32 on the 16-core VM, where parallel
+    wins from 1e5, and 1.1e6 for gaussian float32, after one slow parallel sample: ``auto`` then
+    took 7.7x ``parallel`` at 1e6.) Where ``cpu`` wins at the first size, the crossover is
+    extrapolated from it and a quarter of it (``inf`` where threads never pay)."""
     first = _first_parallel_size(plan)
-    small = max(_SIZES[0], first)
-    large = max(_SIZES[1], 4 * small)
-    times = {t: (_time_at(spec, plan, compiled, t, small), _time_at(spec, plan, compiled, t, large))
-             for t in ("cpu", "parallel")}
-    crossover = max(first, _crossover(times, small, large))
-    if crossover > large:
-        check = max(2 * large, _CHECK_OUTPUTS // _outputs_per_element(plan))
-        checked = {t: (times[t][0], _time_at(spec, plan, compiled, t, check)) for t in times}
-        if checked["parallel"][1] < checked["cpu"][1]:
-            crossover = min(check, _crossover(checked, small, check))
-    return crossover
+    n = max(_CHECK_OUTPUTS // _outputs_per_element(plan), 4 * first)
+
+    def both(n: int) -> dict[str, float]:
+        return {t: _time_at(spec, plan, compiled, t, n) for t in ("cpu", "parallel")}
+
+    above = both(n)
+    if above["parallel"] >= above["cpu"]:
+        below = both(n // 4)
+        return max(float(n), _crossover(below, above, n // 4, n))
+    while n // 2 >= first:
+        below = both(n // 2)
+        if below["parallel"] >= below["cpu"]:
+            # Measured once more before it ends the search: a slow phase of the machine (a
+            # thread that waits to be scheduled) can hold a parallel median for a while.
+            again = both(n // 2)
+            below = {t: min(below[t], again[t]) for t in below}
+        if below["parallel"] >= below["cpu"]:
+            return min(float(n), max(float(n // 2), _crossover(below, above, n // 2, n)))
+        n, above = n // 2, below
+    return float(n)  # parallel wins down to its first size with two chunks
 
 
 def _time_at(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any], target: str, n: int) -> float:
@@ -124,16 +135,16 @@ def _time_at(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any], targe
     return _typical_time(lambda: execute(args, outs, True, None))
 
 
-#: The check of an extrapolated crossover runs both targets on this many outputs.
-_CHECK_OUTPUTS = 1 << 21
+#: The search for the crossover starts at this many outputs.
+_CHECK_OUTPUTS = 1 << 20
 
 
-def _crossover(times: dict[str, tuple[float, float]], small: int, large: int) -> float:
-    """Where the lines through both targets' times at ``small`` and ``large`` cross."""
+def _crossover(small: dict[str, float], large: dict[str, float], n_small: int, n_large: int) -> float:
+    """Where the lines through both targets' times at ``n_small`` and ``n_large`` cross."""
     lines = {}
-    for target, (t_small, t_large) in times.items():
-        slope = (t_large - t_small) / (large - small)
-        lines[target] = (t_small - slope * small, slope)
+    for target in small:
+        slope = (large[target] - small[target]) / (n_large - n_small)
+        lines[target] = (small[target] - slope * n_small, slope)
     (a, b), (a_par, b_par) = lines["cpu"], lines["parallel"]
     if b_par >= b:
         return float("inf")
