@@ -310,7 +310,6 @@ def cpu_meta(main_rows: list[dict[str, Any]], overhead: list[dict[str, Any]],
         names = list(dict.fromkeys(r["kernel"] for r in cross))
         meta["crossover (output elements)"] = {
             name: crossover([r for r in cross if r["kernel"] == name]) for name in names}
-        meta["auto's measured crossovers (loop elements)"] = {
-            f"{key[0]} {key[2]}": value for key, value in auto._crossovers.items()}
+        meta["auto's measured crossovers (loop elements)"] = auto.measured_crossovers()
     return meta
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -415,7 +416,8 @@ def test_auto_crossover_survives_one_slow_sample(monkeypatch, outlier):
     monkeypatch.setattr(auto, "_time_at", model)
     plan = gf.exp.resolve(np.ones(10)).plan
     truth = (4e-5 - 1e-6) / (1e-9 - 1e-10)
-    assert auto._measure(gf.exp.spec, plan, gf.exp.compiled) == pytest.approx(truth, rel=1e-6)
+    crossover, waited = auto._measure(gf.exp.spec, plan, gf.exp.compiled)
+    assert crossover == pytest.approx(truth, rel=1e-6) and not waited
 
 
 def loops_min_chunk() -> int:
@@ -435,8 +437,52 @@ def test_auto_crossover_is_never_below_two_parallel_chunks(monkeypatch):
 
     monkeypatch.setattr(auto, "_time_at", model)
     plan = gf.exp.resolve(np.ones(10)).plan
-    assert auto._measure(gf.exp.spec, plan, gf.exp.compiled) == 2 * loops.MIN_CHUNK
+    assert auto._measure(gf.exp.spec, plan, gf.exp.compiled) == (2 * loops.MIN_CHUNK, False)
     assert loops.chunks(2 * loops.MIN_CHUNK, 1) == 2 and loops.chunks(2 * loops.MIN_CHUNK - 1, 1) == 1
+
+
+def test_auto_measures_again_where_threads_only_waited(restore_registry, monkeypatch):
+    """While every parallel call takes 4 ms whatever its size (threads waiting to be scheduled,
+    as in stretches on the 16-core VM), cpu wins the calibration; that choice is not kept for
+    the call signature, and a later call measures again and finds the model's crossover (about
+    43,000 elements). A memory-bound kernel that threads do not help (parallel slower at every
+    size, but by its work) is settled at once."""
+    from gpufuncs.targets.cpu import auto
+
+    stalled = [True]
+    calls = []
+
+    def model(spec, plan, compiled, target, n):
+        calls.append(n)
+        if target == "cpu":
+            return 1e-6 + 1e-9 * n
+        return 4e-3 if stalled[0] else 4e-5 + 1e-10 * n
+
+    if numba.get_num_threads() < 2:
+        pytest.skip("auto stays on cpu with one thread: nothing is measured")
+    monkeypatch.setattr(auto, "_time_at", model)
+    monkeypatch.setattr(auto, "_crossovers", {})
+    monkeypatch.setattr(auto, "_unsettled", {})
+    monkeypatch.setattr(auto, "RETRY_SECONDS", 0.0)
+    kernel = _fresh_kernel("dispatch_auto_waited")
+    x = np.linspace(0, 1, 200_000)
+    assert (kernel(x) == 2 * x).all()
+    assert kernel.resolve(x).target == "cpu" and not kernel._resolved.get("auto")
+    assert list(auto.measured_crossovers()) == ["dispatch_auto_waited float64 (unsettled)"]
+    stalled[0] = False
+    assert (kernel(x) == 2 * x).all()
+    assert kernel.resolve(x).target == "parallel" and len(kernel._resolved["auto"]) == 1
+    assert auto.measured_crossovers() == {
+        "dispatch_auto_waited float64": pytest.approx((4e-5 - 1e-6) / (1e-9 - 1e-10), rel=1e-6)}
+    measured = len(calls)
+    kernel(x), kernel(x[:100_000])
+    assert len(calls) == measured  # settled: never measured again
+
+    # Threads that lose by their work: parallel 3x cpu at every size.
+    monkeypatch.setattr(auto, "_time_at", lambda spec, plan, compiled, target, n:
+                        (1e-6 + 1e-9 * n) * (3 if target == "parallel" else 1))
+    plan = kernel.resolve(x.astype(np.float32)).plan
+    assert auto.choose(kernel.spec, plan, kernel.compiled) == ("cpu", True)
 
 
 def test_cuda_target_without_gpu_is_a_clear_error():

@@ -315,26 +315,30 @@ class Kernel:
                           "in the output. If this is intentional, use out=None.", UserWarning,
                           stacklevel=3)
         ops = operands_for(build_plan(spec, call, infos, outs, where), call.inputs, values, infos)
-        target = self._choose_target(call, ops.plan)
+        target, settled = self._choose_target(call, ops.plan)
         executor = get_target(target).prepare(spec, self.compiled(target), ops.plan)
         resolved = ResolvedCall(self, call, ops, target, executor,
                                 where is not None and mask is not call.where)
-        if key is not None:
+        if key is not None and settled:
             table = self._resolved.setdefault(call.target, {})
             if len(table) >= RESOLVED_CACHE_SIZE:
                 table.clear()
             table[key] = resolved
         return resolved
 
-    def _choose_target(self, call: Call, plan: Plan) -> str:
-        target = call.target
+    def _choose_target(self, call: Call, plan: Plan) -> tuple[str, bool]:
+        """The concrete target, and whether the choice may be kept for the call signature
+        (``auto`` on the host may be unsettled: see ``targets.cpu.auto``)."""
+        target, settled = call.target, True
         if target not in TARGET_NAMES:
             raise ValueError(f"{self.__name__}: unknown target {target!r}; valid targets: "
                              f"{', '.join(TARGET_NAMES)}")
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         on_device = any(a.role == DEVICE for a in arrays)
-        if target == "auto":
-            target = "cuda" if on_device else auto_host_target(self.spec, plan, self.compiled)
+        if target == "auto" and on_device:
+            target = "cuda"
+        elif target == "auto":
+            target, settled = auto_host_target(self.spec, plan, self.compiled)
         elif on_device and target != "cuda":
             raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
                              f"not {target!r} (copy them to the host first)")
@@ -342,7 +346,7 @@ class Kernel:
         if unsupported:
             raise ValueError(f"{self.__name__}: {', '.join(unsupported)}= applies to target 'cuda' "
                              f"only, not {target!r}")
-        return target
+        return target, settled
 
     def _override(self, call: Call) -> Callable[..., Any] | None:
         """A call that defers to an argument's ``__array_ufunc__`` (Dask, xarray, ...), if any."""

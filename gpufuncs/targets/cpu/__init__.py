@@ -50,14 +50,15 @@ class KernelCompileError(RuntimeError):
     """Numba could not compile a kernel for a target; the message keeps Numba's."""
 
 
-def auto_host_target(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> str:
-    """``cpu`` or ``parallel`` for host arrays under ``target="auto"`` (see :mod:`.auto`);
+def auto_host_target(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> tuple[str, bool]:
+    """``cpu`` or ``parallel`` for host arrays under ``target="auto"`` (see :mod:`.auto`), and
+    whether the choice is settled (one that is not must not be kept for the call signature);
     ``compiled(target)`` gives the kernel's compiled object for a target."""
     if _flat_order(spec, plan) is None:
         # parallel would run Numba's parallel ufunc, which splits strided work into pieces too
         # small to pay for the threads (slower than cpu at every size in this project's
         # benchmarks before the flat loops existed); the measured crossover is the flat loops'.
-        return "cpu"
+        return "cpu", True
     return auto.choose(spec, plan, compiled)
 
 

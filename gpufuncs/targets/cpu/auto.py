@@ -9,7 +9,9 @@ from about a million outputs until ``cpu`` wins (tens of milliseconds, once per 
 keeps the crossover. Below :data:`ALWAYS_CPU` elements it
 picks ``cpu`` without measuring (no machine starts threads that fast). On a machine whose memory
 bandwidth one core already saturates, a memory-bound kernel may never gain from threads: its
-crossover is then infinite, and ``auto`` stays on ``cpu`` at every size.
+crossover is then infinite, and ``auto`` stays on ``cpu`` at every size. A measurement that timed
+only the wait for threads (see :func:`_measure`) is not kept: the call that made it stays on
+``cpu``, its choice is not kept for its call signature, and a later call measures again.
 
 :func:`set_parallel_min_size` (or the environment variable ``GPUFUNCS_AUTO_PARALLEL_MIN_SIZE``)
 replaces the measurement with a fixed threshold.
@@ -35,8 +37,15 @@ from .loops import MIN_CHUNK
 #: Below this many loop elements ``auto`` always picks ``cpu``.
 ALWAYS_CPU = 1 << 12
 
+#: A calibration that timed only the wait for threads is not kept (see :func:`_measure`): later
+#: calls measure again, at most this often (seconds) and this many times in all.
+RETRY_SECONDS = 1.0
+MAX_ATTEMPTS = 5
+
 _fixed: int | None = None
 _crossovers: dict[tuple[Any, ...], float] = {}
+#: Crossovers not kept yet: ``(crossover, attempts, time.monotonic() of the last attempt)``.
+_unsettled: dict[tuple[Any, ...], tuple[float, int, float]] = {}
 _lock = threading.Lock()
 
 
@@ -60,34 +69,55 @@ def set_parallel_min_size(size: int | None) -> None:
     _fixed = None if size is None else int(size)
 
 
-def parallel_min_size(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> float:
+def parallel_min_size(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> tuple[float, bool]:
     """The loop size from which ``parallel`` beats ``cpu`` for this kernel and dtype (measured
     once, or the fixed threshold; ``inf`` with one thread, or in a child forked where parallel
-    calls run serially: see :mod:`.layers`)."""
+    calls run serially: see :mod:`.layers`), and whether it is settled: ``False`` while the
+    measurements saw threads that only waited, and a later call may measure again."""
     if _fixed is not None:
-        return _fixed
+        return _fixed, True
     if not GUARD.parallel_usable or numba.get_num_threads() < 2:
-        return float("inf")
+        return float("inf"), True
     key = (spec.name, id(spec), plan.loop.dtype, tuple(sorted(plan.core_sizes.items())))
     found = _crossovers.get(key)
-    if found is None:
-        with _lock:
-            found = _crossovers.get(key)
-            if found is None:
-                found = _crossovers[key] = _measure(spec, plan, compiled)
-    return found
+    if found is not None:
+        return found, True
+    with _lock:
+        found = _crossovers.get(key)
+        if found is not None:
+            return found, True
+        crossover, attempts, last = _unsettled.get(key, (float("inf"), 0, -float("inf")))
+        if attempts and time.monotonic() - last < RETRY_SECONDS:
+            return crossover, False
+        crossover, waited = _measure(spec, plan, compiled)
+        attempts += 1
+        if waited and attempts < MAX_ATTEMPTS:
+            _unsettled[key] = (crossover, attempts, time.monotonic())
+            return crossover, False
+        _unsettled.pop(key, None)
+        _crossovers[key] = crossover
+        return crossover, True
 
 
-def choose(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> str:
-    """``cpu`` or ``parallel`` for a host call of this plan under ``target="auto"``."""
+def choose(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> tuple[str, bool]:
+    """``cpu`` or ``parallel`` for a host call of this plan under ``target="auto"``, and whether
+    that choice is settled (see :func:`parallel_min_size`)."""
     n = plan.size
     if _fixed is None and n < ALWAYS_CPU:
-        return "cpu"
-    return "parallel" if n >= parallel_min_size(spec, plan, compiled) else "cpu"
+        return "cpu", True
+    crossover, settled = parallel_min_size(spec, plan, compiled)
+    return ("parallel" if n >= crossover else "cpu"), settled
 
 
-def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> float:
-    """The crossover, from both targets' flat loops timed together on synthetic inputs.
+def measured_crossovers() -> dict[str, float]:
+    """The crossovers measured so far, by ``"kernel dtype"`` (unsettled ones marked so)."""
+    settled = {f"{k[0]} {k[2]}": v for k, v in _crossovers.items()}
+    return {**settled, **{f"{k[0]} {k[2]} (unsettled)": v[0] for k, v in _unsettled.items()}}
+
+
+def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> tuple[float, bool]:
+    """The crossover, from both targets' flat loops timed together on synthetic inputs, and
+    whether the parallel times were only the wait for threads.
 
     They are compared at :data:`_CHECK_OUTPUTS` outputs, then at half the size while
     ``parallel`` wins there, and the crossover is interpolated between the last two sizes, one
@@ -95,7 +125,10 @@ def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> fl
     through two sizes fitted once gave 1e8 for clamp float32 on the 16-core VM, where parallel
     wins from 1e5, and 1.1e6 for gaussian float32, after one slow parallel sample: ``auto`` then
     took 7.7x ``parallel`` at 1e6.) Where ``cpu`` wins at the first size, the crossover is
-    extrapolated from it and a quarter of it (``inf`` where threads never pay)."""
+    extrapolated from it and a quarter of it (``inf`` where threads never pay). If parallel then
+    takes less than twice as long there as at its smallest size, with at least 4x the work, its
+    times were the wait for a thread that was not scheduled (the 16-core VM has stretches of
+    seconds in which every parallel call takes about 4 ms, even on 10 elements), not the work."""
     first = _first_parallel_size(plan)
     n = max(_CHECK_OUTPUTS // _outputs_per_element(plan), 4 * first)
 
@@ -105,7 +138,8 @@ def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> fl
     above = both(n)
     if above["parallel"] >= above["cpu"]:
         below = both(n // 4)
-        return max(float(n), _crossover(below, above, n // 4, n))
+        waited = above["parallel"] < 2 * _time_at(spec, plan, compiled, "parallel", first)
+        return max(float(n), _crossover(below, above, n // 4, n)), waited
     while n // 2 >= first:
         below = both(n // 2)
         if below["parallel"] >= below["cpu"]:
@@ -114,9 +148,9 @@ def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> fl
             again = both(n // 2)
             below = {t: min(below[t], again[t]) for t in below}
         if below["parallel"] >= below["cpu"]:
-            return min(float(n), max(float(n // 2), _crossover(below, above, n // 2, n)))
+            return min(float(n), max(float(n // 2), _crossover(below, above, n // 2, n))), False
         n, above = n // 2, below
-    return float(n)  # parallel wins down to its first size with two chunks
+    return float(n), False  # parallel wins down to its first size with two chunks
 
 
 def _time_at(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any], target: str, n: int) -> float:
