@@ -62,12 +62,14 @@ def gaussian(x, x0, sigma):
     half = as_type(0.5, x) if overflowed else one
     z = ((x * half - x0 * half) / sigma) * (as_type(2, x) if overflowed else one)
     zz = z * z
-    # exp(-z*z/2) / sqrt(2 pi) / sigma, with the first division a product by 1/sqrt(2 pi):
-    # divisions are the costliest operations here on the CPU and the GPU, and the product is
-    # within an ulp of the quotient. Where exp(-z*z/2) alone would be subnormal (float32)
-    # before a small sigma lifts it back into range, e * (e / sqrt(2 pi) / sigma) with
-    # e = exp(-z*z/4), the two halves.
+    # exp(-z*z/2) * (1/sqrt(2 pi) / sigma): divisions are the costliest operations here on
+    # the CPU and the GPU, and the factor depends on sigma alone, so that a loop with a scalar
+    # sigma computes it once (LLVM hoists it); the rounding is that of dividing twice. For a
+    # sigma so small that the factor would overflow, it is made from sigma * 2**53 and the
+    # product scaled back (both exact). Where exp(-z*z/2) alone would be subnormal (float32)
+    # before a small sigma lifts it back into range, e * (e * factor) with e = exp(-z*z/4).
     split = (zz > as_type(170, zz)) & (sigma < as_type(1, sigma))
     e = math.exp(-zz * (as_type(0.25, zz) if split else as_type(0.5, zz)))
-    u = e * as_type(_INV_SQRT_2PI, z) / sigma
+    scale = as_type(2.0**53, sigma) if sigma < as_type(2.0**-60, sigma) else one
+    u = (e * (as_type(_INV_SQRT_2PI, z) / (sigma * scale))) * scale
     return u * e if split else u
