@@ -161,6 +161,19 @@ def test_gaussian_float32_overflowing_difference_with_infinite_sigma():
     compare(gf.gaussian, _OVERFLOWING_DIFFERENCE, result, target="cpu")
 
 
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gaussian_subnormal_sigma(dtype, target):
+    """1/sqrt(2 pi)/sigma overflows for a subnormal sigma: the density is still inf at and
+    near x0, 0 far from it (not inf * 0 = nan), and finite where it is (float64, z = 20, 27)."""
+    sigma = np.array([1, 3], dtype) * np.finfo(dtype).smallest_subnormal
+    x = np.array([0, 1, 20, 27, 1e6], dtype)[:, None] * sigma  # z = x / sigma, exactly
+    with np.errstate(all="ignore"):
+        result = gf.gaussian(x, dtype(0), sigma, target=target)
+    assert not np.isnan(result).any()
+    compare(gf.gaussian, (x, dtype(0), sigma), result, target=target)
+
+
 def test_gaussian_float64_overflowing_difference_where_scipy_gives_nan():
     """The one known disagreement with the reference (excluded in test_properties.py): in
     float64, x - x0 overflows inside SciPy too, which then returns nan; the density is 0."""
