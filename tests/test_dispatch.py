@@ -311,7 +311,7 @@ def test_calls_with_and_without_keywords_take_the_same_path(monkeypatch):
     monkeypatch.setattr(ResolvedCall, "__init__", spy)
     x = np.linspace(0, 1, 5)
     for kernel in (gf.exp, gf.hermite_norm):
-        monkeypatch.setattr(kernel, "_resolved", {})
+        monkeypatch.setattr(kernel, "_resolved", {t: {} for t in kernel._resolved})
     for _ in range(2):  # resolved on the first call, found in the cache on the second
         gf.exp(x)
         gf.exp(x, target="cpu")
@@ -360,6 +360,16 @@ def _fresh_kernel(name):
 
     return gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: 2 * x, name=name,
                     replace=True)(fresh)
+
+
+@pytest.mark.parametrize("target", ["auto", "cpu"])
+def test_a_kernels_first_call_may_take_a_list(restore_registry, target):
+    """A list is described afresh on every call (its key is UNKEYABLE), the first one included:
+    that call once raised TypeError, before any resolved call of its target existed."""
+    kernel = _fresh_kernel("dispatch_first_list")
+    np.testing.assert_array_equal(kernel([1.0, 2.5], target=target), [2.0, 5.0])
+    np.testing.assert_array_equal(kernel([1.0, 2.5], target=target), [2.0, 5.0])
+    assert resolved_calls(kernel) == 0
 
 
 def test_auto_picks_cpu_below_the_threshold_and_parallel_above(restore_registry):
@@ -832,7 +842,7 @@ def test_target_keyword_is_keyed_the_same_wherever_it_is_given(monkeypatch):
     """target= alone, with out= before or after it, and target="auto" spelled out: one resolved
     call per call signature, each giving NumPy's values."""
     x, out = np.linspace(-1, 1, 7), np.empty(7)
-    monkeypatch.setattr(gf.exp, "_resolved", {})
+    monkeypatch.setattr(gf.exp, "_resolved", {t: {} for t in gf.exp._resolved})
     np.testing.assert_allclose(gf.exp(x, target="cpu"), np.exp(x), rtol=1e-15)
     gf.exp(x, target="cpu", out=out)
     np.testing.assert_allclose(out, np.exp(x), rtol=1e-15)

@@ -194,8 +194,10 @@ class Kernel:
         self._compiled: dict[str, Any] = {}
         self._compile_lock = threading.Lock()
         # Resolved calls by the target asked for, then by call signature: ``target=`` then
-        # costs a lookup, not a longer key to build and hash on every call.
-        self._resolved: dict[str, dict[Any, ResolvedCall]] = {}
+        # costs a lookup, not a longer key to build and hash on every call. A table per target
+        # from the start: a first call whose key holds UNKEYABLE must fail the lookup with
+        # TypeError (not be kept), not with a KeyError for a missing table.
+        self._resolved: dict[str, dict[Any, ResolvedCall]] = {t: {} for t in TARGET_NAMES}
         # Output-only core sizes (hermite_norm's n) shape the result: keyed by value.
         dims = spec.layout.output_only_dims if spec.layout else ()
         self._sizes = slice(spec.nin, spec.nin + len(dims)) if dims else None
@@ -320,7 +322,7 @@ class Kernel:
         resolved = ResolvedCall(self, call, ops, target, executor,
                                 where is not None and mask is not call.where)
         if key is not None and settled:
-            table = self._resolved.setdefault(call.target, {})
+            table = self._resolved[call.target]
             if len(table) >= RESOLVED_CACHE_SIZE:
                 table.clear()
             table[key] = resolved
