@@ -51,7 +51,7 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
     arrays, _ = _device_arrays(cls)
     keyer = arrays.keyer(cls) if arrays is not None else None
     # None: lists, Dask, xarray, interface dicts take the full path every time. A target's
-    # keyer itself gives UNKEYABLE for instances it does not own (torch tensors on the CPU).
+    # keyer itself tells apart instances it does not own (torch tensors on the CPU).
     return _unkeyable if keyer is None else keyer
 
 

@@ -279,8 +279,9 @@ class DeviceArrays:
     def keyer(self, cls: type) -> Callable[[Any], Any] | None:
         """For arrays of ``cls``: a function giving a hashable summary of what :meth:`describe`
         reads (it keys resolved calls), or ``None`` where that is not cheap. For a class
-        classified ``None`` it gives :data:`UNKEYABLE` for instances this target does not own
-        (checked in the same call: keying runs on every call)."""
+        classified ``None`` the key must tell instances this target does not own apart from
+        its own (torch's holds the device), or be :data:`UNKEYABLE` for them: keying runs on
+        every call, so the check is part of it."""
         return None
 
     def writable(self, obj: Any) -> bool:

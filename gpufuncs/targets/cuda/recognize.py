@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import DEVICE, UNKEYABLE, Arg, DeviceArrays, c_strides, library_of
+from ..base import DEVICE, Arg, DeviceArrays, c_strides, library_of
 
 #: DLPack device types of CUDA memory: kDLCUDA, kDLCUDAManaged.
 _DLPACK_CUDA = (2, 13)
@@ -141,7 +141,9 @@ class CudaArrays(DeviceArrays):
         # C-contiguous arrays of one shape and dtype are alike in every decision (strides of
         # length-1 dimensions, the only ones that may differ, are never used): the flag, where
         # the library has a cheap one, stands in for the strides, which it would build anew.
-        # The device is part of the key only where there are several (torch's is read anyway).
+        # The device is part of the key only where there are several, and always for torch,
+        # whose tensors on the CPU are not ours: its device tells them apart (and the other
+        # GPUs) in one attribute read, and they are keyed as host operands, converted per call.
         library = library_of(cls)
         if (library == "cupy" or getattr(cls, "__cuda_ndarray__", False)) and _several_devices():
             return lambda obj: (cls, obj.dtype, obj.shape, obj.strides, device_of(obj))
@@ -149,9 +151,9 @@ class CudaArrays(DeviceArrays):
             return lambda obj: (cls, obj.dtype, obj.shape, True if obj._c_contiguous else obj.strides)
         if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
             return lambda obj: (cls, obj.dtype, obj.shape, obj.strides)
-        if library == "torch":  # a tensor on the CPU is not ours: one frame checks and keys
+        if library == "torch":
             return lambda obj: (cls, obj.dtype, obj.shape, True if obj.is_contiguous() else obj.stride(),
-                                obj.get_device()) if obj.is_cuda else UNKEYABLE
+                                obj.device)
         return None  # interface dicts and DLPack capsules: described afresh on every call
 
     def writable(self, obj: Any) -> bool:
