@@ -291,18 +291,46 @@ def test_device_inputs_never_copy_to_or_from_the_host(monkeypatch, cuda, cp, tor
     assert float(out[12345]) == pytest.approx(float(cpu(gf.gaussian, np.float32(1), 0.0, 1.0)), rel=1e-6)
 
 
-def test_numba_results_come_from_the_stream_ordered_pool(cuda):
-    from gpufuncs.targets.cuda.runtime import get_runtime
+def _forget_resolved_calls(monkeypatch, kernel):
+    """``kernel``'s resolved calls forgotten for the test (each keeps the allocator it chose)."""
+    monkeypatch.setattr(kernel, "_resolved", {t: {} for t in kernel._resolved})
 
-    runtime = get_runtime()
-    x = cuda.to_device(normal(1 << 20))
+
+def test_numba_results_come_from_the_stream_ordered_pool(cuda, monkeypatch):
+    from gpufuncs.targets.cuda import runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "cupy_loaded", lambda: False)  # no CuPy in the process
+    _forget_resolved_calls(monkeypatch, gf.exp)
+    runtime = runtime_module.get_runtime()
+    x_host = normal(1 << 20)
+    x = cuda.to_device(x_host)
     before = runtime.pool_attribute("USED_MEM_CURRENT")
     result = gf.exp(x)
     assert runtime.pool_attribute("USED_MEM_CURRENT") - before >= result.nbytes
+    compare(gf.exp, (x_host,), result.copy_to_host(), target="cuda")
     del result
     gc.collect()
     cuda.synchronize()
     assert runtime.pool_attribute("USED_MEM_CURRENT") == before  # freed back to the pool
+
+
+def test_numba_results_come_from_cupys_pool_where_cupy_is_imported(cuda, cp, monkeypatch):
+    from gpufuncs.targets.cuda.runtime import get_runtime
+
+    _forget_resolved_calls(monkeypatch, gf.exp)
+    runtime, pool = get_runtime(), cp.get_default_memory_pool()
+    x_host = normal(1 << 20)
+    stream = cuda.stream()  # a stream of its own: CuPy's pool must order the block on it
+    x = cuda.to_device(x_host, stream=stream)
+    ours, theirs = runtime.pool_attribute("USED_MEM_CURRENT"), pool.used_bytes()
+    result = gf.exp(x)
+    assert pool.used_bytes() - theirs >= result.nbytes
+    assert runtime.pool_attribute("USED_MEM_CURRENT") == ours
+    assert type(result) is type(x) and result.stream is stream
+    compare(gf.exp, (x_host,), result.copy_to_host(stream=stream), target="cuda")
+    del result
+    gc.collect()
+    assert pool.used_bytes() == theirs  # freed back to CuPy's pool
 
 
 # -- streams --------------------------------------------------------------------------------------------

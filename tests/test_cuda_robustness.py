@@ -59,11 +59,38 @@ def to_host(result):
 
 
 def used_memory(cuda, runtime) -> int:
-    """Bytes of the target's pool in use, once everything pending has finished and every
-    unreachable result has been freed back to the pool."""
+    """Bytes in use in the target's pool and in CuPy's (which serves new Numba outputs where
+    CuPy is imported), once everything pending has finished and every unreachable result has
+    been freed back."""
     gc.collect()
     cuda.synchronize()
-    return runtime.pool_attribute("USED_MEM_CURRENT")
+    cupy = sys.modules.get("cupy")
+    return runtime.pool_attribute("USED_MEM_CURRENT") + (cupy.get_default_memory_pool().used_bytes()
+                                                         if cupy else 0)
+
+
+def reserved_memory(runtime) -> int:
+    """Bytes the target's pool and CuPy's keep reserved (in use or not)."""
+    cupy = sys.modules.get("cupy")
+    return runtime.pool_attribute("RESERVED_MEM_CURRENT") + (cupy.get_default_memory_pool().total_bytes()
+                                                             if cupy else 0)
+
+
+@pytest.fixture(params=["driver", "cupy"])
+def pool(request, monkeypatch):
+    """The pool that new Numba outputs come from in the test: the target's own, or CuPy's
+    where CuPy is imported (see ``Runtime.allocator``). Resolved calls keep the allocator they
+    chose, so the kernels' are forgotten for the test."""
+    from gpufuncs.targets.cuda import runtime as runtime_module
+
+    if request.param == "cupy":
+        pytest.importorskip("cupy")
+    else:
+        monkeypatch.setattr(runtime_module, "cupy_loaded", lambda: False)
+    for name in KERNEL_NAMES:
+        kernel = getattr(gf, name)
+        monkeypatch.setattr(kernel, "_resolved", {t: {} for t in kernel._resolved})
+    return request.param
 
 
 # -- threads on their own streams ------------------------------------------------------------------
@@ -223,7 +250,7 @@ def _oom_calls(cuda) -> list:
     return [lambda: gf.gaussian(col, row, 2.0), lambda: gf.hermite_norm(x, -(-elements // (1 << 20)))]
 
 
-def test_out_of_memory_is_a_memory_error_and_gives_the_memory_back(cuda, runtime):
+def test_out_of_memory_is_a_memory_error_and_gives_the_memory_back(cuda, runtime, pool):
     calls = _oom_calls(cuda)
     before = used_memory(cuda, runtime)
     for call in calls:
@@ -234,18 +261,18 @@ def test_out_of_memory_is_a_memory_error_and_gives_the_memory_back(cuda, runtime
     compare(gf.exp, (x,), to_host(gf.exp(cuda.to_device(x))), target="cuda")
 
 
-def test_a_loop_of_failing_calls_does_not_grow_the_pool(cuda, runtime):
+def test_a_loop_of_failing_calls_does_not_grow_the_pool(cuda, runtime, pool):
     calls = _oom_calls(cuda)
     before = used_memory(cuda, runtime)
     with pytest.raises(MemoryError):
         calls[1]()
-    reserved = runtime.pool_attribute("RESERVED_MEM_CURRENT")
+    reserved = reserved_memory(runtime)
     for _ in range(10):
         for call in calls:
             with pytest.raises(MemoryError):
                 call()
     assert used_memory(cuda, runtime) == before
-    assert runtime.pool_attribute("RESERVED_MEM_CURRENT") <= reserved
+    assert reserved_memory(runtime) <= reserved
 
 
 def test_ctrl_c_in_a_chunked_host_call_gives_the_memory_back(monkeypatch, cuda, runtime):

@@ -5,7 +5,8 @@ for Numba, CuPy and PyTorch (their ``__cuda_array_interface__`` dicts cost more)
 dict for any other ``__cuda_array_interface__`` object (v3 ``stream`` included), and
 ``cuda.core``'s ``StridedMemoryView`` for DLPack-only CUDA objects. New outputs are made by the
 library of the first device input (CuPy's and torch's pools, on the launch stream), or as a Numba
-``DeviceNDArray`` over memory from the target's stream-ordered pool.
+``DeviceNDArray`` over a raw buffer from :meth:`Runtime.allocator` (CuPy's pool where CuPy is
+imported, else the target's stream-ordered pool).
 """
 
 from __future__ import annotations
@@ -80,11 +81,6 @@ def dlpack_pointer(obj: Any, consumer: int) -> tuple[int, Any]:
 
 
 # -- streams ----------------------------------------------------------------------------------------
-#: Stream handle values with a fixed meaning (the CUDA array interface's convention): 0 and 1 are
-#: the legacy default stream, 2 the per-thread default stream.
-LEGACY_HANDLES = (0, 1)
-
-
 def stream_handle(stream: Any) -> int:
     """The raw ``cudaStream_t`` of a numba, cuda.core, CuPy or torch stream (or an int handle)."""
     if isinstance(stream, int):
@@ -133,10 +129,6 @@ def producer_stream(kind: str, device: int = 0) -> Callable[[Any], int | None]:
         current = compat.torch_stream_getter()
         return lambda a: current(device)  # the call signature fixes the device
     return _STREAMS[kind]
-
-
-def same_stream(a: int, b: int) -> bool:
-    return a == b or (a in LEGACY_HANDLES and b in LEGACY_HANDLES)
 
 
 # -- new outputs ------------------------------------------------------------------------------------
@@ -232,22 +224,24 @@ def _sim_output(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...]
 
 
 def buffer_allocator(nbytes: int, runtime: Any) -> Allocate:
-    """``allocate`` of ``nbytes`` from ``runtime``'s stream-ordered pool, as a raw buffer: a
-    temporary (staging, a host ``out=``'s device copy) or a Numba output before it is wrapped."""
+    """``allocate`` of ``nbytes`` from ``runtime.allocator``, as a raw buffer: a temporary
+    (staging, a host ``out=``'s device copy) or a Numba output before it is wrapped."""
     allocate_on = runtime.allocator(nbytes)
     return lambda like, handle, current: allocate_on(handle)
 
 
 def _numba_allocator(shape: tuple[int, ...], storage: tuple[int, ...], dtype: np.dtype,
                      back: tuple[int, ...], runtime: Any) -> tuple[Allocate, Wrap]:
-    """From the target's stream-ordered pool; the buffer, wrapped, is a Numba device array."""
+    """A raw buffer (:func:`buffer_allocator`), wrapped as a Numba device array."""
     stored = c_strides(storage, dtype.itemsize)
     make = compat.numba_array_maker(shape, tuple(stored[b] for b in back), dtype, runtime.ordinal)
 
-    def wrap(buffer: Any, address: int) -> Any:
-        return make(address, buffer.size, buffer)
+    nbytes = math.prod(storage) * dtype.itemsize
 
-    return buffer_allocator(math.prod(storage) * dtype.itemsize, runtime), wrap
+    def wrap(buffer: Any, address: int) -> Any:
+        return make(address, nbytes, buffer)
+
+    return buffer_allocator(nbytes, runtime), wrap
 
 
 def address_of(buffer: Any) -> int:

@@ -21,7 +21,7 @@ from ..base import DEVICE, HOST, Arg, Executor, Plan
 from . import arrays
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
-from .runtime import get_runtime
+from .runtime import get_runtime, same_stream
 
 HALF = np.dtype(np.float16)
 
@@ -225,7 +225,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
             other = producer(objs[i])
             if other is None or other == handle:  # (most calls: one stream for every operand)
                 continue
-            if other not in waited and not arrays.same_stream(other, handle):
+            if other not in waited and not same_stream(other, handle):
                 runtime.stream(handle).wait(runtime.stream(other))  # their pending work first
                 waited.append(other)
         return handle

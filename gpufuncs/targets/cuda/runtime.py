@@ -30,9 +30,21 @@ from .compat import SIMULATED
 #: runs one Python thread per CUDA thread, so it gets small blocks.
 BLOCK = 16 if SIMULATED else 256
 
-# Stream handle values with a fixed meaning (the CUDA array interface's convention):
-# 0 and 1 are the legacy default stream, 2 the per-thread default stream.
+#: Stream handle values with a fixed meaning (the CUDA array interface's convention): 0 and 1
+#: are the legacy default stream, 2 the per-thread default stream.
 LEGACY_HANDLES = (0, 1)
+
+
+def cupy_loaded() -> bool:
+    """Whether this process has imported CuPy: then its pool serves the target's raw buffers
+    (:meth:`Runtime.allocator`) and its launch call launches (:meth:`Runtime.launcher`).
+    Importing it for that alone would cost more than it saves."""
+    return "cupy" in sys.modules
+
+
+def same_stream(a: int, b: int) -> bool:
+    """Whether two raw stream handles name the same stream."""
+    return a == b or (a in LEGACY_HANDLES and b in LEGACY_HANDLES)
 
 
 class HostBuffer:
@@ -242,10 +254,20 @@ class Runtime:
                           "pool)")
 
     def allocator(self, nbytes: int) -> Callable[[int], tuple[Any, int]]:
-        """``allocate(handle) -> (buffer, address)``: :meth:`allocate` of ``nbytes`` on the
-        stream ``handle``, for a call signature's new outputs and temporaries. The pool is
-        asked directly, and :meth:`allocate` (which retries out of memory) only where that
-        fails: the wrappers' frames were a sixth of a small call's allocation."""
+        """``allocate(handle) -> (buffer, address)``: ``nbytes`` of device memory ordered on
+        the stream ``handle``, for a call signature's new outputs and temporaries (``buffer``
+        keeps it alive).
+
+        In a process that has imported CuPy, CuPy's pool serves them: it keeps its books on the
+        host, where each free into the driver's stream-ordered pool is an operation on the
+        stream, which a synchronize then waits for (measured on the H100: a call on a Numba
+        array with a new output took 0.80x CuPy's own call from CuPy's pool, 0.99x from the
+        driver's), and the process keeps one pool's reserve instead of two. Otherwise the
+        target's pool is asked directly, and :meth:`allocate` (which retries out of memory)
+        only where that fails: the wrappers' frames were a sixth of a small call's allocation.
+        """
+        if cupy_loaded():
+            return self._cupy_allocator(nbytes)
         pool_allocate, streams, size = self.pool.allocate, self._streams, max(nbytes, 1)
 
         def allocate(handle: int) -> tuple[Any, int]:
@@ -255,6 +277,34 @@ class Runtime:
             except Exception:  # out of memory: trimmed and tried again, or the error explained
                 buffer = self.allocate(nbytes, self.stream(handle))
             return buffer, int(buffer.handle)
+
+        return allocate
+
+    def _cupy_allocator(self, nbytes: int) -> Callable[[int], tuple[Any, int]]:
+        """:meth:`allocator` from CuPy's pool, on this device, ordered on the stream ``handle``."""
+        import cupy
+
+        alloc, current, external = cupy.cuda.alloc, cupy.cuda.get_current_stream, cupy.cuda.ExternalStream
+        size = max(nbytes, 1)
+
+        def on_stream(handle: int) -> Any:
+            # CuPy's pool hands a freed block out again only on the stream it was allocated on.
+            if same_stream(handle, current().ptr):
+                return alloc(size)
+            with external(handle):
+                return alloc(size)
+
+        def allocate(handle: int) -> tuple[Any, int]:
+            try:
+                if self.switching:
+                    with cupy.cuda.Device(self.ordinal):
+                        memory = on_stream(handle)
+                else:
+                    memory = on_stream(handle)
+            except MemoryError:  # CuPy's OutOfMemoryError: our pool, which says how much it holds
+                buffer = self.allocate(nbytes, self.stream(handle))
+                return buffer, int(buffer.handle)
+            return memory, memory.ptr
 
         return allocate
 
@@ -290,7 +340,7 @@ class Runtime:
         launch measured from Python), else ``cuda.bindings``' ``cuLaunchKernel``. Both call the
         driver in the thread's current context, the primary one (see :meth:`bind_thread`)."""
         function = self.function(kernel)
-        if "cupy" in sys.modules:
+        if cupy_loaded():
             from cupy.cuda import driver
 
             address, launch_kernel = int(function), driver.launchKernel
