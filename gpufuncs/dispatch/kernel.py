@@ -283,8 +283,11 @@ class Kernel:
             key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
         else:
             key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
-        if kwargs:
-            key = keywords_key(key, kwargs)
+        if kwargs:  # one out= array keyed inline too (keywords_key would key it the same)
+            out = kwargs.get("out")
+            key = ((*key, "out", (keyer_of(type(out)) or first_key)(out))
+                   if len(kwargs) == 1 and out is not None and type(out) is not tuple
+                   else keywords_key(key, kwargs))
         if self._sizes is not None:
             key = (key, args[self._sizes])
         try:

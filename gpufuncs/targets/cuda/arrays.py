@@ -159,8 +159,7 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: S
     identity = axes == tuple(range(len(axes)))
     back = axes if identity else tuple(int(i) for i in np.argsort(axes))  # logical -> stored
     if kind == CUPY:
-        return _cupy_allocator(storage, dtype, None if identity else back,
-                               device if runtime.switching else None)
+        return _cupy_allocator(storage, dtype, None if identity else back, runtime)
     if kind == TORCH:
         return _torch_allocator(storage, dtype, None if identity else back, like_layout, device), None
     if kind == SIM:
@@ -169,8 +168,9 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: S
 
 
 def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,
-                    device: int | None) -> tuple[Allocate, Wrap]:
-    """From CuPy's pool, on its current device: ``device`` (several GPUs) is made that first."""
+                    runtime: Any) -> tuple[Allocate, Wrap]:
+    """From CuPy's pool, on its current device: with several GPUs, ``runtime``'s is made that
+    first."""
     import cupy
 
     nbytes = math.prod(storage) * dtype.itemsize
@@ -181,7 +181,7 @@ def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, 
             memory = alloc(nbytes)
         else:
             # CuPy's pool orders reuse on the stream it allocates under: make that our stream.
-            with cupy.cuda.ExternalStream(handle):
+            with runtime.cupy_stream(handle):
                 memory = alloc(nbytes)
         return memory, memory.ptr
 
@@ -189,11 +189,11 @@ def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, 
         out = cupy.ndarray(storage, dtype, memory)
         return out if back is None else out.transpose(back)
 
-    if device is None:
+    if not runtime.switching:
         return allocate, wrap
 
     def allocate_on_device(like: Any, handle: int, current: bool) -> tuple[Any, int]:
-        with cupy.cuda.Device(device):
+        with cupy.cuda.Device(runtime.ordinal):
             return allocate(like, handle, current)
 
     return allocate_on_device, wrap

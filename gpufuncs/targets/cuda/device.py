@@ -288,7 +288,7 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         if not hasattr(bound, "here"):
             bind()
-        objs = inputs if outs is None else (*inputs, *outs, *(() if where is True else (where,)))
+        objs = inputs if outs is None else inputs + outs if where is True else (*inputs, *outs, where)
         if stream is None and not others:
             handle = (stream_of(objs[first]) or 0) if stream_of is not None else 0
         else:

@@ -280,18 +280,27 @@ class Runtime:
 
         return allocate
 
+    def cupy_stream(self, handle: int) -> Any:
+        """A CuPy stream over the raw ``handle`` (not owned), to use as CuPy's current one."""
+        import cupy
+
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)  # CuPy 14 on
+        if from_external is None:
+            return cupy.cuda.ExternalStream(handle)
+        return from_external(self.stream(handle))
+
     def _cupy_allocator(self, nbytes: int) -> Callable[[int], tuple[Any, int]]:
         """:meth:`allocator` from CuPy's pool, on this device, ordered on the stream ``handle``."""
         import cupy
 
-        alloc, current, external = cupy.cuda.alloc, cupy.cuda.get_current_stream, cupy.cuda.ExternalStream
+        alloc, current = cupy.cuda.alloc, cupy.cuda.get_current_stream
         size = max(nbytes, 1)
 
         def on_stream(handle: int) -> Any:
             # CuPy's pool hands a freed block out again only on the stream it was allocated on.
             if same_stream(handle, current().ptr):
                 return alloc(size)
-            with external(handle):
+            with self.cupy_stream(handle):
                 return alloc(size)
 
         def allocate(handle: int) -> tuple[Any, int]:
