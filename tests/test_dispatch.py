@@ -403,17 +403,20 @@ def test_auto_measures_the_crossover_once_per_kernel_and_dtype(restore_registry,
     assert len(measured) == 2
 
 
-@pytest.mark.parametrize("outlier", [None, "large", "small"])
+@pytest.mark.parametrize("outlier", [None, "start", "large", "small"])
 def test_auto_crossover_survives_one_slow_sample(monkeypatch, outlier):
     """Times from a model (cpu 1 us + 1 ns per element, parallel 40 us + 0.1 ns): the crossover
     is the model's (about 43,000 elements) with clean samples, and also when parallel's first
-    sample at one calibration size comes out slow. Slow at the larger size, a line fit alone
-    would put it at about 190,000 (the 1e8 that one 16-core run measured for clamp float32 came
-    from such a sample); slow at the smaller one (3.6 ms, as gaussian float32's once was on the
-    16-core VM), a line through that sample and a checked size put it at 1.1e6."""
+    sample at one calibration size comes out slow. Slow where the search starts, cpu would
+    seem to win there and threads never to pay (an infinite crossover, as gaussian float32's
+    once was on the 16-core VM). Slow at the larger size, a line fit alone would put it at about
+    190,000 (the 1e8 that one 16-core run measured for clamp float32 came from such a sample);
+    slow at the smaller one (3.6 ms, as gaussian float32's once was on the 16-core VM), a line
+    through that sample and a checked size put it at 1.1e6."""
     from gpufuncs.targets.cpu import auto
 
-    slow_at = {None: None, "large": 1 << 17, "small": 2 * loops_min_chunk()}[outlier]
+    slow_at = {None: None, "start": auto._CHECK_OUTPUTS, "large": 1 << 17,
+               "small": 2 * loops_min_chunk()}[outlier]
     seen = set()
 
     def model(spec, plan, compiled, target, n):
