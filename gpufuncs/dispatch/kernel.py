@@ -283,7 +283,7 @@ class Kernel:
             key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
         else:
             key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
-        if kwargs:  # one out= array keyed inline too (keywords_key would key it the same)
+        if kwargs:  # one out= array keyed inline too, as keywords_key's loop would key it
             out = kwargs.get("out")
             key = ((*key, "out", (keyer_of(type(out)) or first_key)(out))
                    if len(kwargs) == 1 and out is not None and type(out) is not tuple

@@ -169,34 +169,20 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: S
 
 def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,
                     runtime: Any) -> tuple[Allocate, Wrap]:
-    """From CuPy's pool, on its current device: with several GPUs, ``runtime``'s is made that
-    first."""
+    """From CuPy's pool on ``runtime``'s device (:meth:`Runtime.cupy_allocator`), wrapped as a
+    CuPy array."""
     import cupy
 
-    nbytes = math.prod(storage) * dtype.itemsize
-    alloc = cupy.cuda.alloc
+    allocate_on = runtime.cupy_allocator(math.prod(storage) * dtype.itemsize)
 
     def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
-        if current:
-            memory = alloc(nbytes)
-        else:
-            # CuPy's pool orders reuse on the stream it allocates under: make that our stream.
-            with runtime.cupy_stream(handle):
-                memory = alloc(nbytes)
-        return memory, memory.ptr
+        return allocate_on(handle, current)
 
     def wrap(memory: Any, address: int) -> Any:
         out = cupy.ndarray(storage, dtype, memory)
         return out if back is None else out.transpose(back)
 
-    if not runtime.switching:
-        return allocate, wrap
-
-    def allocate_on_device(like: Any, handle: int, current: bool) -> tuple[Any, int]:
-        with cupy.cuda.Device(runtime.ordinal):
-            return allocate(like, handle, current)
-
-    return allocate_on_device, wrap
+    return allocate, wrap
 
 
 def _torch_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,

@@ -267,7 +267,15 @@ class Runtime:
         only where that fails: the wrappers' frames were a sixth of a small call's allocation.
         """
         if cupy_loaded():
-            return self._cupy_allocator(nbytes)
+            from_cupy = self.cupy_allocator(nbytes)
+
+            def allocate_from_cupy(handle: int) -> tuple[Any, int]:
+                try:
+                    return from_cupy(handle)
+                except MemoryError:  # CuPy's OutOfMemoryError: ours, which says how much it holds
+                    buffer = self.allocate(nbytes, self.stream(handle))
+                    return buffer, int(buffer.handle)
+            return allocate_from_cupy
         pool_allocate, streams, size = self.pool.allocate, self._streams, max(nbytes, 1)
 
         def allocate(handle: int) -> tuple[Any, int]:
@@ -289,30 +297,28 @@ class Runtime:
             return cupy.cuda.ExternalStream(handle)
         return from_external(self.stream(handle))
 
-    def _cupy_allocator(self, nbytes: int) -> Callable[[int], tuple[Any, int]]:
-        """:meth:`allocator` from CuPy's pool, on this device, ordered on the stream ``handle``."""
+    def cupy_allocator(self, nbytes: int) -> Callable[..., tuple[Any, int]]:
+        """``allocate(handle, current=False) -> (memory, address)``: ``nbytes`` from CuPy's
+        pool on this device, ordered on the stream ``handle`` (``current``: the caller knows it
+        is CuPy's current stream). CuPy's arrays and the raw buffers of :meth:`allocator`."""
         import cupy
 
-        alloc, current = cupy.cuda.alloc, cupy.cuda.get_current_stream
+        alloc, current_stream = cupy.cuda.alloc, cupy.cuda.get_current_stream
         size = max(nbytes, 1)
 
-        def on_stream(handle: int) -> Any:
+        def on_stream(handle: int, current: bool) -> Any:
             # CuPy's pool hands a freed block out again only on the stream it was allocated on.
-            if same_stream(handle, current().ptr):
+            if current or same_stream(handle, current_stream().ptr):
                 return alloc(size)
             with self.cupy_stream(handle):
                 return alloc(size)
 
-        def allocate(handle: int) -> tuple[Any, int]:
-            try:
-                if self.switching:
-                    with cupy.cuda.Device(self.ordinal):
-                        memory = on_stream(handle)
-                else:
-                    memory = on_stream(handle)
-            except MemoryError:  # CuPy's OutOfMemoryError: our pool, which says how much it holds
-                buffer = self.allocate(nbytes, self.stream(handle))
-                return buffer, int(buffer.handle)
+        def allocate(handle: int, current: bool = False) -> tuple[Any, int]:
+            if self.switching:  # CuPy allocates on its current device
+                with cupy.cuda.Device(self.ordinal):
+                    memory = on_stream(handle, current)
+            else:
+                memory = on_stream(handle, current)
             return memory, memory.ptr
 
         return allocate
