@@ -517,6 +517,24 @@ def test_reduce_and_accumulate_agree_with_numpy(r: Reduction) -> None:
     assert (ours.result is ours.out) == (theirs.result is theirs.out)
 
 
+@pytest.mark.skipif(SIMULATED, reason="host methods; the cuda reduce runs in tests/test_cuda_sim.py")
+@pytest.mark.parametrize("out_dtype", [np.float64, np.float16, np.int64])
+@pytest.mark.parametrize("method", ["reduce", "accumulate"])
+def test_reduce_and_accumulate_compute_in_a_floating_outs_dtype(method: str, out_dtype: type) -> None:
+    """NumPy's rule, found by the property test above: without dtype=, a floating out= sets the
+    loop (float32 values summed into a float64 out= in float64: 1 + 1e-7, not 1.00000012);
+    an integer one does not, and receives the cast result."""
+    op = OPS["add"]
+    x = np.array([0.0, 1.0, 1e-7], np.float32)
+    shape = () if method == "reduce" else x.shape
+    results = []
+    for ufunc, extra in ((op.fd, {}), (op.kernel, {"target": "cpu"})):
+        out = np.zeros(shape, out_dtype)
+        assert getattr(ufunc, method)(x, out=out, **extra) is out
+        results.append(out)
+    np.testing.assert_array_equal(results[1], results[0])
+
+
 @pytest.mark.skipif(SIMULATED, reason="large arrays: the host targets' threads and chunks")
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("shift", [0, 1, -1, 4097, -70001])

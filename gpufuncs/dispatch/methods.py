@@ -121,6 +121,16 @@ def _host_loop(kernel: Kernel, dtype: np.dtype, requested: Any) -> tuple[np.dtyp
     return loop, result
 
 
+def _requested(dtype: Any, out: Any) -> Any:
+    """The dtype asked for, or a floating ``out=``'s where none is: NumPy's reduce and
+    accumulate then compute in the output's dtype (float32 values into a float64 out= sum in
+    float64). An integer out= keeps the input's loop, and NumPy casts the result into it."""
+    given = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if dtype is None and isinstance(given, np.ndarray) and given.dtype.kind == "f":
+        return given.dtype
+    return dtype
+
+
 def _numpy(kernel: Kernel, method: str, run: Callable[[], Any]) -> Any:
     """``run()``, NumPy's errors renamed after the kernel (same kind: ``AxisError`` stays one)."""
     try:
@@ -156,7 +166,7 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
                             f"{'=, '.join(unsupported)}= (host arrays do)")
         return _device_reduce(kernel, array, axis, dtype, keepdims, initial)
     array = _host_array(array)
-    loop, result = _host_loop(kernel, array.dtype, dtype)
+    loop, result = _host_loop(kernel, array.dtype, _requested(dtype, out))
     ufunc = _host_ufunc(kernel, target)
     if initial is NO_VALUE and kernel.identity is not None and (
             where is not True or _reduces_nothing(kernel, array, axis)):
@@ -176,7 +186,7 @@ def accumulate(kernel: Kernel, array: Any, axis: int = 0, dtype: Any = None, out
     if deferred is not NO_VALUE:
         return deferred
     array = _host_array(array)
-    loop, result = _host_loop(kernel, array.dtype, dtype)
+    loop, result = _host_loop(kernel, array.dtype, _requested(dtype, out))
     ufunc = _host_ufunc(kernel, target)
     given = out[0] if isinstance(out, tuple) and len(out) == 1 else out
     if array.ndim and isinstance(given, np.ndarray) and given.shape != array.shape:
