@@ -8,7 +8,10 @@ inlined and the loop vectorizes. Anything else goes through the Numba ufunc (see
 
 One loop body serves every arity: the arguments arrive as a tuple, and :func:`elements`, an
 overload resolved at compile time, turns it into the tuple of values at index ``i`` (recursing
-over the argument types, so there is no per-arity code and no generated source).
+over the argument types, so there is no per-arity code and no generated source). These helpers
+are left to LLVM's inliner, which inlines them as it does any small function: Numba's own
+``inline="always"`` re-types the recursion at every call site, which made compiling a loop for
+a new call signature take 4x longer (6 s against 1.5 s on 2 cores) for the same machine code.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def elements(args: tuple[Any, ...], i: int, cast: Any) -> tuple[Any, ...]:
                  else cast(a) for a in args)
 
 
-@overload(elements, inline="always")
+@overload(elements)
 def _elements_typing(args, i, cast):
     if len(args) == 0:
         return lambda args, i, cast: ()
@@ -53,7 +56,7 @@ def flat(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(a.reshape(a.size) if getattr(a, "ndim", 0) else a for a in args)
 
 
-@overload(flat, inline="always")
+@overload(flat)
 def _flat_typing(args):
     if len(args) == 0:
         return lambda args: ()
@@ -67,7 +70,7 @@ def sliced(args: tuple[Any, ...], lo: int, hi: int) -> tuple[Any, ...]:
     return tuple(a[lo:hi] if getattr(a, "ndim", 0) else a for a in args)
 
 
-@overload(sliced, inline="always")
+@overload(sliced)
 def _sliced_typing(args, lo, hi):
     if len(args) == 0:
         return lambda args, lo, hi: ()
@@ -91,7 +94,7 @@ def rows(outs: tuple[Any, ...], i: int) -> tuple[Any, ...]:
     return tuple(o[i] for o in outs)
 
 
-@overload(rows, inline="always")
+@overload(rows)
 def _rows_typing(outs, i):
     if len(outs) == 0:
         return lambda outs, i: ()

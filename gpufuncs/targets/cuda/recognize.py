@@ -143,7 +143,7 @@ class CudaArrays(DeviceArrays):
         # the library has a cheap one, stands in for the strides, which it would build anew.
         # The device is part of the key only where there are several, and always for torch,
         # whose tensors on the CPU are not ours: its device tells them apart (and the other
-        # GPUs) in one attribute read, and they are keyed as host operands, converted per call.
+        # GPUs) in one call, and they are keyed as host operands, converted per call.
         library = library_of(cls)
         if (library == "cupy" or getattr(cls, "__cuda_ndarray__", False)) and _several_devices():
             return lambda obj: (cls, obj.dtype, obj.shape, obj.strides, device_of(obj))
@@ -151,9 +151,9 @@ class CudaArrays(DeviceArrays):
             return lambda obj: (cls, obj.dtype, obj.shape, True if obj._c_contiguous else obj.strides)
         if library == "cupy" or getattr(cls, "__cuda_ndarray__", False):
             return lambda obj: (cls, obj.dtype, obj.shape, obj.strides)
-        if library == "torch":
+        if library == "torch":  # get_device(): an int, -1 on the CPU (a torch.device costs more)
             return lambda obj: (cls, obj.dtype, obj.shape, True if obj.is_contiguous() else obj.stride(),
-                                obj.device)
+                                obj.get_device())
         return None  # interface dicts and DLPack capsules: described afresh on every call
 
     def writable(self, obj: Any) -> bool:
