@@ -33,6 +33,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -258,6 +259,31 @@ def import_seconds(repeat: int = 7) -> float:
     return statistics.median(both) - statistics.median(numba_only)
 
 
+#: A fresh process with an empty Numba disk cache: the first call of ``gaussian`` on ``cpu``
+#: (its scalar function and loop compiled), then a call of another signature (a 2-D array and
+#: NumPy float32 scalars: a second loop), as a user's first calls of a kernel pay them.
+_COLD_CALLS = """
+import time, numpy as np, gpufuncs as gf
+x = np.linspace(-3, 3, 1000)
+y, zero, one = x.astype(np.float32).reshape(10, 100), np.float32(0), np.float32(1)
+t0 = time.perf_counter(); gf.gaussian(x, 0.0, 1.0, target="cpu")
+t1 = time.perf_counter(); gf.gaussian(y, zero, one, target="cpu")
+t2 = time.perf_counter(); print(t1 - t0, t2 - t1)
+"""
+
+
+def cold_compile_seconds() -> dict[str, float]:
+    """Seconds of a kernel's first call and of its first call with another signature, each
+    compiling from nothing (see :data:`_COLD_CALLS`)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        done = subprocess.run([sys.executable, "-c", _COLD_CALLS], env=env, check=True,
+                              capture_output=True, text=True)
+    first, other = (float(v) for v in done.stdout.split())
+    return {"first call, cold cache (s)": round(first, 2),
+            "first call of another signature, cold cache (s)": round(other, 2)}
+
+
 def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]],
              imported: float) -> dict[str, str]:
     """The issues' targets for this machine, each with its measured figure."""
@@ -305,6 +331,8 @@ def cpu_meta(main_rows: list[dict[str, Any]], overhead: list[dict[str, Any]],
                          "numba threads": numba.get_num_threads()})
     if main_rows and overhead:
         meta.update(verdicts(main_rows, overhead, import_seconds(2 if quick else 7)))
+        if not quick:
+            meta.update(cold_compile_seconds())
     meta["load average (1 min) after"] = os.getloadavg()[0]  # near 1 on 2 cores: undisturbed
     if cross:
         names = list(dict.fromkeys(r["kernel"] for r in cross))
