@@ -88,15 +88,8 @@ def keywords_key(key: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
     and runtime values such as ``stream`` (by type only: any stream resolves the same way).
     """
-    # out= with where=, built in one go: this runs on every call with them. Every call of that
-    # shape takes this path, so its key is consistent (out first, whatever the order). One out=
-    # alone is keyed inline by Kernel.__call__, as the loop below would key it. Arguments keyed
-    # inline: an arg_key frame each is a tenth of a microsecond of a call of a few.
-    out, where = kwargs.get("out"), kwargs.get("where")
-    if (len(kwargs) == 2 and out is not None and type(out) is not tuple
-            and where is not None and type(where) is not bool):
-        return (*key, "out", (keyer_of(type(out)) or first_key)(out),
-                "where", (keyer_of(type(where)) or first_key)(where))
+    # One out= array, alone or with a where= array, is keyed by Kernel.__call__ itself, out
+    # first; calls of that shape never come here, so no call signature has two keys.
     extra: list[Any] = []
     for name, value in kwargs.items():
         if name == "out":

@@ -283,11 +283,18 @@ class Kernel:
             key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
         else:
             key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
-        if kwargs:  # one out= array keyed inline too, as keywords_key's loop would key it
-            out = kwargs.get("out")
-            key = ((*key, "out", (keyer_of(type(out)) or first_key)(out))
-                   if len(kwargs) == 1 and out is not None and type(out) is not tuple
-                   else keywords_key(key, kwargs))
+        if kwargs:
+            # The commonest keywords, one out= array alone or with a where= array, keyed inline
+            # too (out first, whatever their order); keywords_key keys the others.
+            out, given = kwargs.get("out"), len(kwargs)
+            where = kwargs.get("where") if given == 2 else None
+            if out is not None and type(out) is not tuple and (
+                    given == 1 or (where is not None and type(where) is not bool)):
+                key = (*key, "out", (keyer_of(type(out)) or first_key)(out))
+                if given == 2:
+                    key = (*key, "where", (keyer_of(type(where)) or first_key)(where))
+            else:
+                key = keywords_key(key, kwargs)
         if self._sizes is not None:
             key = (key, args[self._sizes])
         try:
