@@ -167,7 +167,8 @@ def overlap_guard(plan: Plan) -> Callable[[Any, tuple[Any, ...]], Any]:
 
     def guard_one(inputs: Any, outs: tuple[Any, ...]) -> Any:
         a, o = inputs[index], outs[0]
-        # read_before_write's tests inline: views (a linspace, a slice) usually pass the second.
+        # read_before_write's tests for one input, inline: a view (of a linspace, a slice) that
+        # does not overlap ``out`` ends at may_share_memory, without a copy.
         if a is o or type(a) is not np.ndarray or (a.base is None and o.base is None) \
                 or not _may_share_memory(a, o):
             return inputs
