@@ -156,7 +156,8 @@ def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
                                "where/bare out") if c in overhead["rows"][0]]
         out += ["Call overhead at n = 10 (microseconds; `bare`: Numba's compiled ufunc, "
                 "`gf.get(name, 'cpu')`, called directly):", "", _table(overhead["rows"], columns), ""]
-    first, other = (meta.get(f"first call{what}, cold cache (s)") for what in ("", " of another signature"))
+    first = meta.get("first call, cold cache (s)")  # (bench_cpu.cold_compile_seconds)
+    other = meta.get("first call of another signature, cold cache (s)")
     if first is not None:
         out += [f"Compiling, in a fresh process with an empty Numba disk cache: gaussian's first call "
                 f"on `cpu` takes {first} s, its first call with another signature (2-D float32 array, "
