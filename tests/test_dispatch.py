@@ -294,6 +294,7 @@ def test_parallel_agrees_with_cpu_bit_for_bit():
 def test_calls_with_and_without_keywords_take_the_same_path(monkeypatch):
     """One path: a call without keywords, with target=, and with out= all run a ResolvedCall."""
     from gpufuncs.dispatch import ResolvedCall
+    from gpufuncs.dispatch.args import ABSENT
 
     ran = []
     original = ResolvedCall.__init__
@@ -302,9 +303,9 @@ def test_calls_with_and_without_keywords_take_the_same_path(monkeypatch):
         original(self, *args, **kwargs)
         run = self._run
 
-        def counted(args, kwargs):
-            ran.append((self.target, "out" in kwargs))  # target= is keyed, not passed on
-            return run(args, kwargs)
+        def counted(args, out, where, kwargs):
+            ran.append((self.target, out is not ABSENT))  # target= is keyed, not passed on
+            return run(args, out, where, kwargs)
 
         self._run = counted
 
@@ -547,6 +548,16 @@ def test_wrong_number_of_arguments():
     with pytest.raises(TypeError, match=r"^exp\(\) takes 1 positional argument \(x\) and up to 1 output "
                                         r"array, got 3$"):
         gf.exp(np.ones(3), np.ones(3), np.ones(3))
+
+
+@pytest.mark.parametrize("out", [None, np.empty(3)], ids=["None", "array"])
+def test_out_given_both_positionally_and_by_keyword(out):
+    x, positional = np.ones(3), np.empty(3)
+    with pytest.raises(TypeError, match="cannot specify 'out' as both a positional and keyword"):
+        np.exp(x, positional, out=out)  # the behaviour matched
+    for _ in range(2):  # the second call's signature is cached, if ever it were kept
+        with pytest.raises(TypeError, match="exp: cannot specify 'out' as both a positional and keyword"):
+            gf.exp(x, positional, out=out)
 
 
 def test_unknown_kernel_lists_the_names():

@@ -34,7 +34,9 @@ def _device_arrays(cls: type) -> tuple[DeviceArrays | None, bool]:
     return None, False
 
 
-#: The key of a host array: read by one C call, no Python frame.
+#: The key of a host array: read by one C call, no Python frame. NumPy's own class needs no
+#: class in it (a subclass's key has one more item, so the two never meet).
+_ndarray_key = operator.attrgetter("dtype", "shape", "strides")
 _host_key = operator.attrgetter("__class__", "dtype", "shape", "strides")
 
 
@@ -44,6 +46,8 @@ def _unkeyable(obj: Any) -> Any:
 
 def _keyer_for(cls: type) -> Callable[[Any], Any]:
     """How to key arguments of type ``cls``, decided once per type."""
+    if cls is np.ndarray:
+        return _ndarray_key
     if issubclass(cls, np.ndarray):
         return _unkeyable if overrides_array_ufunc(cls) else _host_key
     if cls in WEAK_SCALARS or issubclass(cls, np.generic) or cls is type(None):
@@ -55,7 +59,7 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
     return _unkeyable if keyer is None else keyer
 
 
-_KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _host_key, **{c: type for c in WEAK_SCALARS}}
+_KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _ndarray_key, **{c: type for c in WEAK_SCALARS}}
 
 #: ``type -> keyer`` of the types seen so far (``None`` for a new one: see :func:`first_key`).
 #: Callers key an argument as ``(keyer_of(type(a)) or first_key)(a)``, inline: keying a scalar
@@ -79,17 +83,38 @@ def arg_key(obj: Any) -> Any:
 _RUNTIME_KEYWORDS = ("stream",)
 
 
+class _Absent:
+    """The default of ``out`` and ``where`` in ``Kernel.__call__``: a keyword the call did not
+    give (``out=None`` given with positional outputs is an error, as in NumPy)."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+ABSENT: Any = _Absent()
+
+
+def keywords_of(out: Any, where: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's keywords as one dictionary, ``out`` and ``where`` first where given (the order
+    :func:`keywords_key` keys them in, whatever order the caller wrote)."""
+    given = {} if out is ABSENT else {"out": out}
+    if where is not ABSENT:
+        given["where"] = where
+    return {**given, **kwargs}
+
+
 def keywords_key(key: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """The call signature: ``key``, the positional arguments' keys (their kinds, dtypes, shapes
-    and strides, as ``Kernel.__call__`` builds them), extended by the keywords.
+    and strides, as ``Kernel.__call__`` builds them), extended by the keywords (as
+    :func:`keywords_of` orders them).
 
     Hashable for a call whose resolution can be reused; otherwise looking it up raises
     ``TypeError`` (see :data:`UNKEYABLE`). Keywords are keyed by name and value, except the
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
     and runtime values such as ``stream`` (by type only: any stream resolves the same way).
+    ``Kernel.__call__`` keys one ``out=`` array, alone or with a ``where=`` array, itself, to
+    the same key as this would give.
     """
-    # One out= array, alone or with a where= array, is keyed by Kernel.__call__ itself, out
-    # first; calls of that shape never come here, so no call signature has two keys.
     extra: list[Any] = []
     for name, value in kwargs.items():
         if name == "out":

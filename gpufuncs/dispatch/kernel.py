@@ -35,11 +35,13 @@ from ..targets import (
 )
 from . import methods
 from .args import (
+    ABSENT,
     defer,
     device_arrays_of,
     first_key,
     keyer_of,
     keywords_key,
+    keywords_of,
     overrides_array_ufunc,
     overriding,
     refuse_target,
@@ -104,39 +106,43 @@ class ResolvedCall:
         else:
             self._run = self._general
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return self._run(args, kwargs)
+    def __call__(self, args: tuple[Any, ...], out: Any = ABSENT, where: Any = ABSENT,
+                 kwargs: dict[str, Any] | None = None) -> Any:
+        """Run the call ``kernel(*args, out=out, where=where, **kwargs)`` of this signature."""
+        return self._run(args, out, where, kwargs or {})
 
-    def _plain_array(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # Each takes ``(args, out, where, kwargs)``: ``out`` and ``where`` as given (or ABSENT), and
+    # the other keywords, as Kernel.__call__ receives them.
+    def _plain_array(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
         return self._executor(args, None, True, None)[0]
 
-    def _plain(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _plain(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
         return self._finish(self._executor(args, None, True, None), args)
 
-    def _sized(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _sized(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
         inputs = args[: self._nin]
         return self._finish(self._executor(inputs, None, True, None), inputs)
 
-    def _one_out(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        out = kwargs["out"]
+    def _one_out(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
         outs = out if type(out) is tuple else (out,)
         writable = self._out_checks[0]
         if writable is not None and not writable(outs[0]):
             _read_only(self._ufunc.spec, outs[0])
-        self._executor(args[: self._nin], outs, kwargs["where"] if self._where else True, None)
+        self._executor(args[: self._nin], outs, where if self._where else True, None)
         return outs[0]
 
-    def _general(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _general(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
         given = inputs = args[: self._nin]
         for i, convert in self._ops.convert:  # lists, subclasses, float16 (see Operands)
             inputs = (*inputs[:i], convert(inputs[i]), *inputs[i + 1:])
-        where = True
-        if self._where is not None:
-            where = kwargs["where"] if self._where == "given" else np.asarray(kwargs["where"], dtype=bool)
+        if self._where is None:
+            where = True
+        elif self._where == "convert":
+            where = np.asarray(where, dtype=bool)
         stream = kwargs["stream"] if self._stream else None
         if self._outs_from is None:
             return self._finish(self._executor(inputs, None, where, stream), given)
-        outs = args[self._stop:] if self._outs_from == "args" else kwargs["out"]
+        outs = args[self._stop:] if self._outs_from == "args" else out
         if type(outs) is not tuple:
             outs = (outs,)
         for writable, out in zip(self._out_checks, outs):
@@ -274,36 +280,41 @@ class Kernel:
         return resolve_loop(self.spec, [d if isinstance(d, type) else np.dtype(d) for d in dtypes], dtype)
 
     # -- the call -----------------------------------------------------------------------------
-    def __call__(self, *args: Any, target: str = "auto", **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, out: Any = ABSENT, where: Any = ABSENT, target: str = "auto",
+                 **kwargs: Any) -> Any:
         """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
-        # ``target`` is a parameter of its own so that ``target="cpu"`` needs no keyword dict:
-        # it picks the table of resolved calls, and is put back in ``kwargs`` on a miss.
-        # Each argument keyed inline (see args.keyer_of): this runs on every call.
-        if len(args) == 1:  # (a comprehension is a frame of its own before Python 3.12)
-            key = ((keyer_of(type(args[0])) or first_key)(args[0]),)
+        # ``out``, ``where`` and ``target`` are parameters of their own: the commonest keywords
+        # then need no dictionary lookups (``target`` picks the table of resolved calls).
+        # Each argument keyed inline (see args.keyer_of), one or two without a comprehension
+        # (a frame of its own before Python 3.12): this runs on every call.
+        count = len(args)
+        if count == 1:
+            a = args[0]
+            key = ((keyer_of(type(a)) or first_key)(a),)
+        elif count == 2:
+            a, b = args
+            key = ((keyer_of(type(a)) or first_key)(a), (keyer_of(type(b)) or first_key)(b))
         else:
             key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
-        if kwargs:
-            # The commonest keywords, one out= array alone or with a where= array, keyed inline
-            # too (out first, whatever their order); keywords_key keys the others.
-            out, given = kwargs.get("out"), len(kwargs)
-            where = kwargs.get("where") if given == 2 else None
-            if out is not None and type(out) is not tuple and (
-                    given == 1 or (where is not None and type(where) is not bool)):
+        if out is not ABSENT or where is not ABSENT or kwargs:
+            # One out= array, alone or with a where= array, keyed inline as keywords_key would.
+            if kwargs or out is None or out is ABSENT or type(out) is tuple or type(where) is bool:
+                key = keywords_key(key, keywords_of(out, where, kwargs))
+            elif where is ABSENT:
                 key = (*key, "out", (keyer_of(type(out)) or first_key)(out))
-                if given == 2:
-                    key = (*key, "where", (keyer_of(type(where)) or first_key)(where))
             else:
-                key = keywords_key(key, kwargs)
+                key = (*key, "out", (keyer_of(type(out)) or first_key)(out),
+                       "where", (keyer_of(type(where)) or first_key)(where))
         if self._sizes is not None:
             key = (key, args[self._sizes])
         try:
             resolved = self._resolved[target][key]
         except (KeyError, TypeError) as missed:  # TypeError: a call signature that cannot be keyed
+            given = keywords_of(out, where, kwargs)
             if target != "auto":
-                kwargs["target"] = target
-            resolved = self._resolve(args, kwargs, key if isinstance(missed, KeyError) else None)
-        return resolved._run(args, kwargs)  # what ResolvedCall.__call__ does, one call less
+                given["target"] = target
+            resolved = self._resolve(args, given, key if isinstance(missed, KeyError) else None)
+        return resolved._run(args, out, where, kwargs)  # what ResolvedCall.__call__ does, one call less
 
     def resolve(self, *args: Any, **kwargs: Any) -> ResolvedCall | DeferredCall:
         """The resolved call that ``self(*args, **kwargs)`` would run (validated, not run)."""
@@ -375,7 +386,7 @@ class Kernel:
             given["out"] = call.outs
         ufunc_like: Any = self if not call.sizes else SizedKernel(self, tuple(call.sizes.values()))
 
-        def deferred(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        def deferred() -> Any:
             return defer(self.__name__, ufunc_like, "__call__", candidates, call.inputs, given,
                          lambda obj: gufunc_keywords(obj, call.sizes),
                          finish_gufunc if self.spec.layout else None)
@@ -422,11 +433,15 @@ class DeferredCall:
     """A call handed to an argument's ``__array_ufunc__`` (never cached: such arguments have
     no call signature)."""
 
-    def __init__(self, run: Callable[[tuple[Any, ...], dict[str, Any]], Any]) -> None:
-        self._run = run
+    def __init__(self, run: Callable[[], Any]) -> None:
+        self._deferred = run
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return self._run(args, kwargs)
+    def __call__(self, args: tuple[Any, ...], out: Any = ABSENT, where: Any = ABSENT,
+                 kwargs: dict[str, Any] | None = None) -> Any:
+        return self._deferred()
+
+    def _run(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
+        return self._deferred()
 
 
 class SizedKernel:

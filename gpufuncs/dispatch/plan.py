@@ -65,7 +65,7 @@ def parse_call(spec: KernelSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
                         f"{spec.nout} {outputs}, got {len(args)}")
     sizes = {name: _size(spec, name, value) for name, value in zip(dims, args[spec.nin:least])}
     positional = args[least:]
-    if positional and kwargs.get("out") is not None:
+    if positional and "out" in kwargs:  # even out=None, as NumPy
         raise TypeError(f"{spec.name}: cannot specify 'out' as both a positional and keyword argument")
     outs = normalize_out(spec, positional if positional else kwargs.get("out"))
     given = {k: v for k, v in kwargs.items() if k in KEYWORDS and k != "out"}
