@@ -145,9 +145,9 @@ class ResolvedCall:
         outs = args[self._stop:] if self._outs_from == "args" else out
         if type(outs) is not tuple:
             outs = (outs,)
-        for writable, out in zip(self._out_checks, outs):
-            if writable is not None and not writable(out):
-                _read_only(self._ufunc.spec, out)
+        for writable, array in zip(self._out_checks, outs):
+            if writable is not None and not writable(array):
+                _read_only(self._ufunc.spec, array)
         arrays = tuple(map(np.asarray, outs)) if self._ops.outs_as_arrays else outs
         if self._ops.staged:
             stage(self._executor, self.plan, inputs, arrays, where, stream)
@@ -438,9 +438,10 @@ class DeferredCall:
 
     def __call__(self, args: tuple[Any, ...], out: Any = ABSENT, where: Any = ABSENT,
                  kwargs: dict[str, Any] | None = None) -> Any:
-        return self._deferred()
+        return self._run(args, out, where, kwargs or {})
 
     def _run(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
+        # (the arguments were taken when the call was resolved: see Kernel._override)
         return self._deferred()
 
 
