@@ -195,7 +195,20 @@ def gpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
                 "`cupy_*` differ a little from row to row; `torch_exp_pipe_us`: `torch.exp` on the "
                 "torch tensor, pipelined, for scale):", "",
                 _table(small["rows"], list(small["rows"][0])), ""]
+        out += _torch_faster(small["rows"])
     return "\n".join(out)
+
+
+def _torch_faster(rows: list[dict[str, Any]]) -> list[str]:
+    """A sentence where torch's own one-op launch (``torch.exp``) beats a call on torch tensors."""
+    slower = [r for r in rows if r["array kind"] == "torch"
+              and isinstance(r.get("torch_exp_pipe_us"), float) and r["pipe_us"] > r["torch_exp_pipe_us"]]
+    if not slower:
+        return []
+    shown = ", ".join(f"{r['output']} {r['pipe_us']:.3g} us" for r in slower)
+    return [f"torch's own `torch.exp` is still faster per launch: {slower[0]['torch_exp_pipe_us']:.3g} us "
+            f"pipelined, against {shown} for gpufuncs' gaussian on torch tensors (a different "
+            "formula, so for scale only: what a small call costs from Python).", ""]
 
 
 @_section("Dask")
