@@ -59,7 +59,7 @@ def _keyer_for(cls: type) -> Callable[[Any], Any]:
     return _unkeyable if keyer is None else keyer
 
 
-_KEYERS: dict[type, Callable[[Any], Any]] = {np.ndarray: _ndarray_key, **{c: type for c in WEAK_SCALARS}}
+_KEYERS: dict[type, Callable[[Any], Any]] = {c: _keyer_for(c) for c in (np.ndarray, *WEAK_SCALARS)}
 
 #: ``type -> keyer`` of the types seen so far (``None`` for a new one: see :func:`first_key`).
 #: Callers key an argument as ``(keyer_of(type(a)) or first_key)(a)``, inline: keying a scalar
