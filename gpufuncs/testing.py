@@ -10,7 +10,8 @@ theirs:
 - :func:`compare` checks one result against ``spec.reference`` with the kernel's declared
   per-dtype :class:`~gpufuncs.Tolerance`, plus exact checks that NaN and infinities land in the
   same places, and raises an ``AssertionError`` listing the worst points.
-- :func:`check_kernel` runs both under Hypothesis on every requested target and checks that the
+- :func:`check_kernel` runs both under Hypothesis on every requested target, the
+  :func:`edge_grid` (every combination of the inputs' edge values) first, and checks that the
   targets agree with each other.
 
 Models: SciPy's ``FuncData`` (per-dtype tolerances, separate NaN/inf placement checks, reports
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays, mutually_broadcastable_shapes
 
@@ -51,6 +52,7 @@ __all__ = [
     "check_agreement",
     "check_kernel",
     "compare",
+    "edge_grid",
     "edge_values",
     "element_values",
     "inputs",
@@ -291,6 +293,63 @@ def _bound_edges(bound: float, outward: float, dtype: np.dtype) -> set[float]:
     step = math.copysign(1.0 + abs(bound), outward)
     with np.errstate(over="ignore"):
         return {float(b), float(np.nextafter(b, dtype.type(outward))), float(dtype.type(bound + step))}
+
+
+def edge_grid(
+    kernel: KernelLike,
+    dtype: Any = np.float64,
+    *,
+    max_side: int = 8,
+    allow_nan: bool = True,
+    allow_infinity: bool = True,
+    allow_subnormal: bool = True,
+    **_: Any,
+) -> tuple[Any, ...] | None:
+    """Every combination of the inputs' edge values, as one call's arguments.
+
+    Input ``i`` is a 1-d array holding its :func:`edge_values` repeated so that, element by
+    element, the inputs run through their whole cartesian product (3 inputs of 15 edges: 3375
+    points). :func:`check_kernel` runs it before the random examples, so a kernel wrong at an
+    edge (``a * a`` overflowing at the largest float, ``nan`` where the reference gives ``inf``)
+    fails on every run, not only when a draw happens to reach that edge.
+
+    Parameters
+    ----------
+    kernel : Kernel or str
+        A registered kernel, or its name.
+    dtype : dtype, default float64
+        Floating dtype of the arrays.
+    max_side : int, default 8
+        Size given to each output-only core dimension (``n`` of ``hermite_norm(x, n)``).
+    allow_nan, allow_infinity, allow_subnormal : bool, default True
+        As for :func:`edge_values`. Other :func:`inputs` options are accepted and ignored.
+
+    Returns
+    -------
+    tuple or None
+        The call arguments (inputs, then the sizes of output-only core dimensions); ``None``
+        for a gufunc with an input that has core dimensions (its edges would need a shape).
+    """
+    spec = _resolve(kernel).spec
+    layout = spec.layout
+    if layout is not None and any(layout.inputs):
+        return None
+    dtype = np.dtype(dtype)
+    edges = [edge_values(dtype, spec.domains.get(name), allow_nan=allow_nan,
+                         allow_infinity=allow_infinity, allow_subnormal=allow_subnormal)
+             for name in spec.input_names]
+    grid = np.meshgrid(*(np.array(e, dtype) for e in edges), indexing="ij")
+    sizes = (max_side,) * len(layout.output_only_dims) if layout else ()
+    return (*(g.ravel() for g in grid), *sizes)
+
+
+def _without_excluded(args: tuple[Any, ...], nin: int, dtype: np.dtype,
+                      exclude: Callable[[tuple[Any, ...], np.dtype], bool]) -> tuple[Any, ...]:
+    """``edge_grid``'s arguments without the points that ``exclude`` leaves out, one by one."""
+    inputs_, sizes = args[:nin], args[nin:]
+    keep = np.array([not exclude((*(a[i:i + 1] for a in inputs_), *sizes), dtype)
+                     for i in range(inputs_[0].size)], dtype=bool)
+    return (*(a[keep] for a in inputs_), *sizes)
 
 
 # -- reference and comparison ---------------------------------------------------------------------
@@ -624,7 +683,8 @@ def check_kernel(
 ) -> None:
     """Property-test a registered kernel against its reference on every requested target.
 
-    For each dtype, Hypothesis draws call arguments with :func:`inputs`, calls the kernel on
+    For each dtype, Hypothesis draws call arguments with :func:`inputs` (after an explicit
+    example of :func:`edge_grid`, so an edge is checked on every run), calls the kernel on
     every target, checks each result with :func:`compare` (the kernel's declared tolerance) and
     checks that the targets agree with each other: ``cpu`` and ``parallel`` bit for bit (they
     run the same compiled code), any other pair on the placement of NaN and infinities (their
@@ -693,6 +753,7 @@ def _property(kernel: Kernel, dtype: np.dtype, targets: tuple[str, ...], max_exa
 
     @settings(**options)
     @given(inputs(kernel, dtype, **input_options))
+    @_edge_example(kernel, dtype, exclude, input_options)
     def check(args: tuple[Any, ...]) -> None:
         assume(exclude is None or not exclude(args, dtype))
         results = {t: _call(kernel, args, t) for t in targets}
@@ -706,6 +767,34 @@ def _property(kernel: Kernel, dtype: np.dtype, targets: tuple[str, ...], max_exa
     check.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
         f"{kernel.__name__}/{dtype}/{','.join(targets)}".encode())
     return check
+
+
+def _edge_example(kernel: Kernel, dtype: np.dtype,
+                  exclude: Callable[[tuple[Any, ...], np.dtype], bool] | None,
+                  input_options: Mapping[str, Any]) -> Callable[[Callable], Callable]:
+    """``@example`` of :func:`edge_grid` (minus excluded points); no-op where there is none."""
+    grid = edge_grid(kernel, dtype, **input_options)
+    if grid is None:
+        return lambda test: test
+    if exclude is not None:
+        grid = _without_excluded(grid, kernel.nin, dtype, exclude)
+    shown = f"edge_grid({kernel.__name__!r}, {dtype.name!r})" + (" minus excluded points" if exclude else "")
+    return example(_Shown(grid, shown))
+
+
+class _Shown(tuple):
+    """Call arguments that Hypothesis reports by how they were made, not as thousands of values."""
+
+    def __new__(cls, args: tuple[Any, ...], shown: str) -> _Shown:
+        self = super().__new__(cls, args)
+        self.shown = shown
+        return self
+
+    def __repr__(self) -> str:
+        return self.shown
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # Hypothesis' pretty printer
+        printer.text(self.shown)
 
 
 def _call(kernel: Kernel, args: tuple[Any, ...], target: str) -> Any:

@@ -9,12 +9,15 @@ test in ``test_kernels.py`` that asserts both the kernel's and the reference's v
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pytest
 from hypothesis import Phase, find, given, settings
 
 import gpufuncs as gf
-from gpufuncs.testing import check_kernel, inputs
+from gpufuncs.testing import _without_excluded, check_kernel, edge_grid, edge_values, inputs
 
 DTYPES = [np.float32, np.float64]
 
@@ -138,3 +141,48 @@ def test_inputs_respect_a_bounded_domain(args):
     x = np.asarray(args[0], np.float64)
     assert (np.isnan(x) | (np.abs(x) <= 61)).all()  # |x| <= 30, its edges, and 30 + 31 outside
     assert isinstance(args[1], int) and 0 <= args[1] <= 8
+
+
+# -- the edge grid: every combination of the inputs' edge values, before any draw ----------------
+def test_edge_grid_runs_through_every_combination_of_edge_values():
+    grid = edge_grid(gf.gaussian, np.float32)
+    edges = [edge_values(np.float32, gf.gaussian.spec.domains.get(n)) for n in ("x", "x0", "sigma")]
+    points = {tuple(np.float32(a[i]).tobytes() for a in grid) for i in range(grid[0].size)}
+    expected = {tuple(np.float32(v).tobytes() for v in combo) for combo in itertools.product(*edges)}
+    assert all(a.dtype == np.float32 and a.shape == (math.prod(map(len, edges)),) for a in grid)
+    assert points == expected  # bytes: -0.0 and 0.0 are both there, NaN once
+
+
+def test_edge_grid_of_gufuncs_adds_output_only_sizes_or_is_none_for_core_inputs(restore_registry):
+    x, n = edge_grid(gf.hermite_norm, np.float64, max_side=5)
+    assert n == 5 and np.array_equal(x, edge_values(np.float64, (-30.0, 30.0)), equal_nan=True)
+
+    @gf.gufunc(signatures=["void(float64[:], float64[:])"], layout="(n)->(n)",
+               reference=lambda a: a, name="props_core_input")
+    def props_core_input(a, out):
+        for i in range(a.shape[0]):
+            out[i] = a[i]
+
+    assert edge_grid(props_core_input) is None
+
+
+def test_check_kernel_fails_at_an_edge_on_every_run_whatever_is_drawn(restore_registry):
+    @gf.ufunc(signatures=gf.float_signatures(2), reference=np.hypot, name="props_naive_hypot")
+    def props_naive_hypot(a, b):
+        return math.sqrt(a * a + b * b)
+
+    for _ in range(2):  # the edge grid is an explicit example: it runs first, every time
+        with pytest.raises(AssertionError, match=r"props_naive_hypot .*points disagree") as info:
+            check_kernel(props_naive_hypot, dtypes=[np.float32], targets=["cpu"], max_examples=1)
+        assert "args=edge_grid('props_naive_hypot', 'float32')" in "".join(info.value.__notes__)
+
+
+def test_exclude_removes_edge_grid_points_one_by_one():
+    grid = edge_grid(gf.gaussian, np.float64)
+    kept = _without_excluded(grid, 3, np.dtype(np.float64), _float64_difference_overflows)
+    x, x0 = (np.asarray(a, np.float64) for a in grid[:2])
+    with np.errstate(over="ignore", invalid="ignore"):
+        overflowing = np.isinf(x - x0) & np.isfinite(x) & np.isfinite(x0)
+    assert overflowing.sum() > 0 and kept[0].size == grid[0].size - overflowing.sum()
+    check_kernel(gf.gaussian, dtypes=[np.float64], targets=["cpu"], max_examples=1,
+                 exclude=_float64_difference_overflows)
