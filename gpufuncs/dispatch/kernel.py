@@ -285,8 +285,9 @@ class Kernel:
         """Apply the kernel like a :class:`numpy.ufunc`; see the class docstring."""
         # ``out``, ``where`` and ``target`` are parameters of their own: the commonest keywords
         # then need no dictionary lookups (``target`` picks the table of resolved calls).
-        # Each argument keyed inline (see args.keyer_of), one or two without a comprehension
-        # (a frame of its own before Python 3.12): this runs on every call.
+        # Each argument keyed inline (see args.keyer_of), up to three without a comprehension
+        # (a frame of its own before Python 3.12, and a list to convert after): this runs on
+        # every call, and most kernels take one to three arguments.
         count = len(args)
         if count == 1:
             a = args[0]
@@ -294,6 +295,10 @@ class Kernel:
         elif count == 2:
             a, b = args
             key = ((keyer_of(type(a)) or first_key)(a), (keyer_of(type(b)) or first_key)(b))
+        elif count == 3:
+            a, b, c = args
+            key = ((keyer_of(type(a)) or first_key)(a), (keyer_of(type(b)) or first_key)(b),
+                   (keyer_of(type(c)) or first_key)(c))
         else:
             key = tuple([(keyer_of(type(a)) or first_key)(a) for a in args])
         if out is not ABSENT or where is not ABSENT or kwargs:
