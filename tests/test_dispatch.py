@@ -311,15 +311,17 @@ def test_calls_with_and_without_keywords_take_the_same_path(monkeypatch):
 
     monkeypatch.setattr(ResolvedCall, "__init__", spy)
     x = np.linspace(0, 1, 5)
-    for kernel in (gf.exp, gf.hermite_norm):
+    for kernel in (gf.exp, gf.hermite_norm, gf.gaussian):
         monkeypatch.setattr(kernel, "_resolved", {t: {} for t in kernel._resolved})
     for _ in range(2):  # resolved on the first call, found in the cache on the second
-        gf.exp(x)
+        gf.exp(x)  # one, two and three arguments are keyed by separate branches
         gf.exp(x, target="cpu")
         gf.exp(x, out=np.empty(5))
         gf.hermite_norm(x, 3)
-    assert ran == [("cpu", False), ("cpu", False), ("cpu", True), ("cpu", False)] * 2
+        gf.gaussian(x, 0.0, 1.0, out=np.empty(5))
+    assert ran == [("cpu", False), ("cpu", False), ("cpu", True), ("cpu", False), ("cpu", True)] * 2
     assert resolved_calls(gf.exp) == 3 and resolved_calls(gf.hermite_norm) == 1
+    assert resolved_calls(gf.gaussian) == 1
 
 
 def test_reused_plans_still_validate_every_call(restore_registry):
