@@ -405,6 +405,73 @@ def test_baseline_math_exp_is_a_libm_call_per_element():
     assert calls[0] >= calls[1] + 2  # the vecmath loop has only the wrapper's calls
 
 
+#: A Haswell: AVX2 and FMA, no AVX-512 (Numba's CPU name and features, for a child process).
+AVX2_ONLY = {"NUMBA_CPU_NAME": "haswell",
+             "NUMBA_CPU_FEATURES": "+avx,+avx2,+fma,+sse4.2,+bmi2,+f16c,+popcnt,+cx16,+sahf,+lzcnt,"
+                                   "+movbe,+xsave"}
+
+_SCALED = """
+import sys, numpy as np
+from numba import njit
+sys.path.insert(0, "benchmarks")
+from bench_vecmath import make_loop
+from gpufuncs.targets.cpu import vecmath as vm
+x = np.load(sys.argv[1])
+out = np.empty_like(x)
+loop = make_loop(vm.exp, 1)
+loop(x, out)
+np.save(sys.argv[2], out)
+print(list(loop.inspect_asm().values())[0])
+"""
+
+
+def _exp_in_child(x: np.ndarray, tmp_path: Path, env: dict[str, str]) -> tuple[np.ndarray, str]:
+    """``vm.exp`` over ``x`` in a fresh process with ``env`` (Numba's CPU is set per process),
+    and the loop's machine code."""
+    import subprocess
+
+    src, dst = tmp_path / "x.npy", tmp_path / "out.npy"
+    np.save(src, x)
+    proc = subprocess.run([sys.executable, "-c", _SCALED, str(src), str(dst)], capture_output=True,
+                          text=True, env={**os.environ, **env}, cwd=Path(__file__).resolve().parent.parent,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return np.load(dst), proc.stdout
+
+
+LDEXP_CALL = re.compile(r"call[^\n]*ldexp")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_exp_scales_by_vscalef_with_avx512_and_by_two_products_without(dtype, tmp_path):
+    """The result's 2**k: one vscalef per vector where the target has AVX-512 (a vector
+    llvm.ldexp), two exact exponent-field products elsewhere (where LLVM would call libm's
+    ldexp per element). Both round once: the results are the same bits, subnormals included."""
+    x = np.concatenate([sample("exp", dtype, 4000, seed=3)[0], [-745.1, -740.0, -708.4, 709.78, 88.7, -103.5]]
+                       ).astype(dtype)
+    here = run("exp", x)
+    asm = next(iter(loop("exp").inspect_asm().values()))
+    assert not LDEXP_CALL.search(asm)
+    if vm._has_vscalef(njit(lambda: None).targetctx.codegen()):
+        assert "vscalef" in asm
+    avx2, avx2_asm = _exp_in_child(x, tmp_path, AVX2_ONLY)
+    assert "vscalef" not in avx2_asm and not LDEXP_CALL.search(avx2_asm)
+    np.testing.assert_array_equal(avx2.view(f"u{x.itemsize}"), here.view(f"u{x.itemsize}"))
+
+
+def test_vscalef_only_for_x86_with_avx512f():
+    class Codegen:
+        def __init__(self, triple: str, features: str) -> None:
+            self.key = (triple, "cpu", features)
+
+        def magic_tuple(self) -> tuple[str, str, str]:
+            return self.key
+
+    assert vm._has_vscalef(Codegen("x86_64-unknown-linux-gnu", "+avx2,+avx512f,+avx512vl"))
+    assert not vm._has_vscalef(Codegen("x86_64-unknown-linux-gnu", "+avx2,-avx512f,+fma"))
+    assert not vm._has_vscalef(Codegen("aarch64-unknown-linux-gnu", "+neon,+avx512f"))
+
+
 # --- the namespace and the kernel copy ---------------------------------------------------------
 
 

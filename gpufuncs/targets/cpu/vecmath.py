@@ -56,27 +56,16 @@ multiply-adds): the logarithm, after a second table-free reduction by ``2**(j/3)
 
 Cost
 ----
-Milliseconds per call of an ``@njit`` loop ``out[i] = f(x[i])`` over 10**6 contiguous
-elements, then in parentheses the same loop calling ``math.f`` (libm) and NumPy's ufunc with
-``out=``; medians of 15 calls after warm-up on one core of the 2-core AMD EPYC (Zen 5,
-AVX-512) development machine (``python benchmarks/bench_vecmath.py``):
-
-=========  ======================  ======================
-function   float32                 float64
-=========  ======================  ======================
-exp        0.27 (1.81, 0.33)       0.68 (3.05, 0.68)
-exp2       0.33 (1.30, 0.18)       0.81 (1.82, 0.57)
-expm1      0.60 (9.98, 0.25)       1.45 (9.39, 0.90)
-log        0.27 (1.80, 0.25)       0.66 (2.53, 0.59)
-log1p      0.33 (9.30, 0.28)       0.76 (9.58, 0.67)
-pow        1.22 (3.24, 0.41)       3.05 (8.36, 1.32)
-sqrt       0.09 (0.07, 0.29)       0.26 (0.24, 0.92)
-=========  ======================  ======================
-
-Restricted to AVX2 (``NUMBA_CPU_FEATURES`` on the same machine) the vectors are half as wide
-and the times about double: exp 0.51 and 1.28 ms, log 0.52 and 1.32 ms; ``pow`` (2.5 and
-6.6 ms) is then only 1.3 times faster than libm, but it still lets the rest of the loop
-vectorize.
+``python benchmarks/bench_vecmath.py`` times an ``@njit`` loop ``out[i] = f(x[i])`` over 10**6
+contiguous elements on one core, against the same loop calling ``math.f`` (libm) and NumPy's
+ufunc with ``out=``, and saves the table with the machine in ``benchmarks/results/vecmath.txt``.
+The functions are several times faster than libm in a loop. Where NumPy has AVX-512 code of its
+own (float64 ``exp``, ``log``, ``pow`` on the Xeons of the benchmark machines) it stays ahead
+on one core: LLVM keeps these loops to 256-bit vectors on such CPUs (their tuning prefers
+them; Numba offers no per-function way to ask for 512), where NumPy's use 512. With AVX-512,
+``exp``, ``exp2`` and float64 ``pow`` scale their result by ``2**k`` with one ``vscalef`` per vector
+(a vector ``llvm.ldexp``) instead of two exponent-field products; without it LLVM would call
+libm's ``ldexp`` per element, so the products stay. Both round once: the same bits.
 
 Notes
 -----
@@ -93,7 +82,7 @@ import math
 import types
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, SupportsFloat
 
 import numpy as np
@@ -256,6 +245,9 @@ class _Format:
     expm1_q: tuple[float, ...]
     expm1_range: tuple[float, float]
     expm1_k_mid: float
+    # Scale results by 2**k with llvm.ldexp: one AVX-512 vscalef per vector, where the target
+    # has it (elsewhere LLVM turns a vector ldexp into a libm call per element).
+    ldexp: bool = False
 
     @property
     def bias(self) -> int:
@@ -341,6 +333,21 @@ def _pow2(F: _Format, k: _V) -> _V:
     return k._new(b.bitcast(bits, k.v.type))
 
 
+def _scale(F: _Format, y: _V, kf: _V) -> _V:
+    """``y * 2.0**kf``, rounded once, for an integer-valued ``|kf| <= 1100`` and ``y`` near 1:
+    inf beyond the largest value, a subnormal or 0 below the smallest normal one."""
+    if F.ldexp:
+        b, i32 = y.b, ir.IntType(32)
+        name = f"llvm.ldexp.f{F.bits}.i32"
+        ldexp = b.module.globals.get(name) or ir.Function(
+            b.module, ir.FunctionType(y.v.type, [y.v.type, i32]), name=name)
+        return y._new(b.call(ldexp, [y.v, b.fptosi(kf.v, i32)]))
+    # 2**kf in two halves, each a normal number (kf reaches 1024 and -1075): the first
+    # product is exact, the second rounds.
+    k1 = _round(F, kf * 0.5)
+    return (y * _pow2(F, k1)) * _pow2(F, kf - k1)
+
+
 def _split(F: _Format, x: _V) -> tuple[_V, _V]:
     """``(k, m)`` with ``x == m * 2**k`` and ``m`` in ``[sqrt(1/2), sqrt(2))``, for normal ``x > 0``.
 
@@ -391,9 +398,7 @@ def _exp_core(F: _Format, zh: _V, zl: _V | None = None, precise: bool = False) -
         y = g + (gl + (t + rest))
     else:
         y = h + (t + (r * r * _poly(r, F.exp_poly) + rc * h))
-    # 2**k in two halves: k reaches 1024 (overflow to inf) and -1075 (subnormal results)
-    k1 = _round(F, kf * 0.5)
-    return (y * _pow2(F, k1)) * _pow2(F, kf - k1)
+    return _scale(F, y, kf)  # kf reaches 1024 (overflow to inf) and -1075 (subnormal results)
 
 
 def _exp(F: _Format, x: _V) -> _V:
@@ -583,11 +588,22 @@ def _library(codegen: Any, symbol: str, name: str, bits: int, fnty: ir.FunctionT
         fn = ir.Function(module, fnty, name=symbol)
         fn.attributes.add("alwaysinline")
         body = ir.IRBuilder(fn.append_basic_block())
-        body.ret(_EMITTERS[name](_FORMATS[bits], *(_V(body, a) for a in fn.args)).v)
+        F = replace(_FORMATS[bits], ldexp=_has_vscalef(codegen))
+        body.ret(_EMITTERS[name](F, *(_V(body, a) for a in fn.args)).v)
         library.add_ir_module(module)
         library.finalize()
         libraries[symbol] = library
     return libraries[symbol]
+
+
+def _has_vscalef(codegen: Any) -> bool:
+    """Whether ``codegen`` compiles for x86 with AVX-512 (its features, as Numba's disk cache
+    keys them: code built for one machine is never loaded on a machine without them)."""
+    try:
+        triple, _, features = codegen.magic_tuple()
+    except AttributeError:  # pragma: no cover - a codegen without Numba's cache key
+        return False
+    return triple.startswith("x86_64") and "+avx512f" in features.split(",")
 
 
 def _function(context: Any, builder: ir.IRBuilder, name: str, fty: ir.Type, nargs: int) -> ir.Function:
