@@ -3,7 +3,7 @@
 Run ``python benchmarks/bench_vecmath.py`` (about a minute; ``--n`` and ``--repeat`` change the
 size and the repetitions). For each function and dtype it times, at 10**6 contiguous elements:
 
-- ``vecmath``: an ``@njit`` loop ``out[i] = vecmath.f(x[i])``;
+- ``vecmath``: an ``@njit`` loop ``out[i] = vecmath.f(x[i])``, vectorized as the cpu target's loops;
 - ``libm``: the same loop calling ``math.f`` (a scalar libm call per element);
 - ``numpy``: the ufunc (``np.exp`` ...) writing into a preallocated ``out``.
 
@@ -26,6 +26,7 @@ from harness import machine_info, save_results  # (this folder is on sys.path: r
 from numba import njit
 
 from gpufuncs.targets.cpu import vecmath
+from gpufuncs.targets.cpu.loops import wide_vectors
 
 FUNCTIONS = ("exp", "exp2", "expm1", "log", "log1p", "pow", "sqrt")
 NUMPY = {"exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log1p": np.log1p,
@@ -49,11 +50,13 @@ def inputs(name: str, dtype: type, n: int) -> tuple[np.ndarray, ...]:
 
 
 def make_loop(fn: Callable, nargs: int) -> Callable:
-    """An ``@njit`` loop applying the scalar ``fn`` element by element."""
+    """An ``@njit`` loop applying the scalar ``fn`` element by element, vectorized as the cpu
+    target's flat loops are (``loops.wide_vectors``: 512-bit vectors where there is AVX-512)."""
     if nargs == 2:
 
         @njit
         def binary(x, y, out):
+            wide_vectors()
             for i in range(x.size):
                 out[i] = fn(x[i], y[i])
 
@@ -61,6 +64,7 @@ def make_loop(fn: Callable, nargs: int) -> Callable:
 
     @njit
     def unary(x, out):
+        wide_vectors()
         for i in range(x.size):
             out[i] = fn(x[i])
 

@@ -42,6 +42,30 @@ def test_flat_loops_vectorize(name, dtype):
     assert not re.search(r"call \w+ @(exp|expf|llvm\.exp\.f)", ir), "a scalar libm exp is left"
 
 
+def _has_avx512() -> bool:
+    from numba import njit
+
+    from gpufuncs.targets.cpu import vecmath
+
+    return vecmath._has_vscalef(njit(lambda: None).targetctx.codegen())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_flat_loops_ask_for_512_bit_vectors(dtype):
+    """LLVM's tuning for AVX-512 Xeons keeps loops to 256 bits unless the function asks for
+    512 (``loops.wide_vectors``): with AVX-512 the exp loop holds 512-bit vectors, with the
+    same values as Numba's own ufunc (NumPy's loop over the same scalar code)."""
+    x = np.linspace(-30, 30, 1000, dtype=dtype)
+    ir = _vector_ir(gf.exp, dtype, x)
+    lanes = "float" if dtype == np.float32 else "double"
+    widest = max(int(n) for n in re.findall(rf"<(\d+) x {lanes}>", ir))
+    if _has_avx512():
+        assert widest * np.dtype(dtype).itemsize * 8 == 512, widest
+    got = gf.exp(x, target="cpu")
+    numba_ufunc = gf.get("exp", target="cpu")
+    np.testing.assert_array_equal(got, numba_ufunc(x))
+
+
 def test_a_user_kernel_calling_two_math_functions_vectorizes(restore_registry):
     """The kernel is inlined into the loop however large its math makes it."""
     @gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: np.logaddexp(0.0, x),

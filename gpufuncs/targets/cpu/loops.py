@@ -21,7 +21,7 @@ from typing import Any
 
 import numba
 from numba import prange, types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from . import cache
 
@@ -101,6 +101,28 @@ def _rows_typing(outs, i):
     return lambda outs, i: (outs[0][i],) + rows(outs[1:], i)
 
 
+@intrinsic
+def wide_vectors(typingctx: Any) -> Any:
+    """Let LLVM vectorize the calling function's loops with 512-bit vectors where the CPU has
+    AVX-512 (``"prefer-vector-width"="512"``, clang's ``-mprefer-vector-width=512``).
+
+    LLVM's tuning for Intel's AVX-512 CPUs prefers 256-bit vectors, for the clock speed that
+    early ones (Skylake-SP) lost on 512-bit instructions; NumPy's own loops use 512. On the
+    2-core Xeon a flat loop of ``exp`` float64 took 0.96 ms per 10**6 with it, 1.25 ms without,
+    same bits. Elsewhere the attribute changes nothing (x86 without AVX-512: 256 stays the
+    widest; other CPUs ignore it). llvmlite knows no string attributes, so the function's
+    attribute set (written verbatim into the IR Numba parses) gets it directly; a llvmlite
+    without that set leaves the width to LLVM."""
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        attributes = getattr(builder.function, "attributes", None)
+        if isinstance(attributes, set):
+            set.add(attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
 def options() -> dict[str, Any]:
     """Compile options shared by every CPU loop and scalar function.
 
@@ -146,6 +168,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple
     """
 
     def body(out, *args):
+        wide_vectors()
         for i in range(out.size):
             out[i] = scalar(*elements(args, i, cast))
 
@@ -155,6 +178,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple
         serial(out.reshape(out.size), *flat(args))
 
     def masked(out, where, *args):
+        wide_vectors()
         out, where, args = out.reshape(out.size), where.reshape(where.size), flat(args)
         for i in range(out.size):
             if where[i]:

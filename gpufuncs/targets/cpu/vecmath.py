@@ -59,13 +59,13 @@ Cost
 ``python benchmarks/bench_vecmath.py`` times an ``@njit`` loop ``out[i] = f(x[i])`` over 10**6
 contiguous elements on one core, against the same loop calling ``math.f`` (libm) and NumPy's
 ufunc with ``out=``, and saves the table with the machine in ``benchmarks/results/vecmath.txt``.
-The functions are several times faster than libm in a loop. Where NumPy has AVX-512 code of its
-own (float64 ``exp``, ``log``, ``pow`` on the Xeons of the benchmark machines) it stays ahead
-on one core: LLVM keeps these loops to 256-bit vectors on such CPUs (their tuning prefers
-them; Numba offers no per-function way to ask for 512), where NumPy's use 512. With AVX-512,
-``exp``, ``exp2`` and float64 ``pow`` scale their result by ``2**k`` with one ``vscalef`` per vector
-(a vector ``llvm.ldexp``) instead of two exponent-field products; without it LLVM would call
-libm's ``ldexp`` per element, so the products stay. Both round once: the same bits.
+The loop asks for 512-bit vectors as the cpu target's loops do (``loops.wide_vectors``: LLVM's
+tuning for AVX-512 Xeons otherwise keeps to 256 bits). The functions are several times faster
+than libm in a loop; where NumPy has AVX-512 code of its own (float64 ``exp``, ``log``, ``pow``)
+it can stay ahead on one core (the table says where). With AVX-512, ``exp``, ``exp2`` and
+float64 ``pow`` scale their result by ``2**k`` with one ``vscalef`` per vector (a vector
+``llvm.ldexp``) instead of two exponent-field products; without it LLVM would call libm's
+``ldexp`` per element, so the products stay. Both round once: the same bits.
 
 Notes
 -----
