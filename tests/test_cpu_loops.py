@@ -12,11 +12,12 @@ import math
 import re
 
 import mpmath
+import numba
 import numpy as np
 import pytest
 
 import gpufuncs as gf
-from gpufuncs.targets.cpu import loops
+from gpufuncs.targets.cpu import loops, vecmath
 
 DTYPES = (np.float32, np.float64)
 
@@ -43,11 +44,7 @@ def test_flat_loops_vectorize(name, dtype):
 
 
 def _has_avx512() -> bool:
-    from numba import njit
-
-    from gpufuncs.targets.cpu import vecmath
-
-    return vecmath._has_vscalef(njit(lambda: None).targetctx.codegen())
+    return vecmath._has_vscalef(numba.njit(lambda: None).targetctx.codegen())
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -64,6 +61,33 @@ def test_flat_loops_ask_for_512_bit_vectors(dtype):
     got = gf.exp(x, target="cpu")
     numba_ufunc = gf.get("exp", target="cpu")
     np.testing.assert_array_equal(got, numba_ufunc(x))
+
+
+def test_small_calls_take_the_loop_with_llvms_own_vector_width(restore_registry):
+    """Below ``WIDE_MIN`` elements the 512-bit loop would run mostly its one-at-a-time
+    remainder: those calls take a loop compiled without the attribute, larger ones the wide one,
+    both with the same values."""
+    kernel = gf.ufunc(signatures=gf.float_signatures(1), reference=np.exp, name="loops_exp_sizes",
+                      replace=True)(gf.exp.spec.pyfunc)
+    large = np.linspace(-30, 30, 4 * loops.WIDE_MIN)
+    compiled = kernel.compiled("cpu")
+    small = kernel(large[:10], target="cpu")
+    f64 = np.dtype(np.float64)
+    assert set(compiled._loops) == {(f64, False)}
+    np.testing.assert_array_equal(kernel(large, target="cpu")[:10], small)
+    assert set(compiled._loops) == {(f64, False), (f64, True)}
+    narrow = loops.ufunc_loops(compiled.scalar(), np.float64, None, wide=False)[0]  # not from the disk cache
+    narrow(np.empty(10), large[:10])
+
+    @numba.njit
+    def plain(x, out):  # a loop as any Numba user writes it: LLVM's own choice of width
+        for i in range(x.size):
+            out[i] = vecmath.exp(x[i])
+
+    plain(large[:10], np.empty(10))
+    widths = [max(int(n) for n in re.findall(r"<(\d+) x double>", f.inspect_llvm(f.signatures[0])))
+              for f in (narrow, plain)]
+    assert widths[0] == widths[1], widths
 
 
 def test_a_user_kernel_calling_two_math_functions_vectorizes(restore_registry):

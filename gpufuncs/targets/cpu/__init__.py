@@ -141,7 +141,7 @@ class CpuKernel:
         self.spec, self.target = spec, target
         self._lock = threading.Lock()
         self._numba: dict[str, Any] = {}
-        self._loops: dict[np.dtype, tuple[Any, ...]] = {}
+        self._loops: dict[tuple[np.dtype, bool], tuple[Any, ...]] = {}
         self._scalar: Any = None
 
     def scalar(self) -> Any:
@@ -165,22 +165,23 @@ class CpuKernel:
                 self._numba[target] = _compile(self.spec, target, lambda: _numba_object(self.spec, target))
         return self._numba[target]
 
-    def loops(self, dtype: np.dtype) -> tuple[Any, ...]:
-        """The flat loop dispatchers computing in ``dtype`` (see :mod:`.loops`)."""
-        found = self._loops.get(dtype)
+    def loops(self, dtype: np.dtype, wide: bool = True) -> tuple[Any, ...]:
+        """The flat loop dispatchers computing in ``dtype`` (see :mod:`.loops`); ``wide``: the
+        elementwise ones for calls of :data:`.loops.WIDE_MIN` elements and more."""
+        found = self._loops.get((dtype, wide))
         if found is None:
             with self._lock:
-                found = self._loops.get(dtype)
+                found = self._loops.get((dtype, wide))
                 if found is None:
                     key = _cache_key(self.spec, dtype)
                     scalar = self.scalar()
                     _compile(self.spec, self.target, lambda: loops.inline_into_loops(
                         scalar, _scalar_argtypes(self.spec, dtype)))
                     if self.spec.layout is None:
-                        found = loops.ufunc_loops(scalar, dtype.type, key)
+                        found = loops.ufunc_loops(scalar, dtype.type, key, wide)
                     else:
                         found = loops.gufunc_loops(scalar, dtype.type, key)
-                    self._loops[dtype] = found
+                    self._loops[dtype, wide] = found
         return found
 
     def compile_loop(self, dispatcher: Any, argtypes: tuple[Any, ...]) -> Callable[..., None]:
@@ -303,7 +304,7 @@ def _loop_args(inputs: tuple[Any, ...], outs: Any, ints: list[int]) -> list[Any]
 
 
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
-    loop, masked, threaded = compiled.loops(plan.loop.dtype)
+    loop, masked, threaded = compiled.loops(plan.loop.dtype, wide=parallel or plan.size >= loops.WIDE_MIN)
     ints = _int_scalars(plan)
     transposed = order == "F"  # F-contiguous arrays, seen through their C-contiguous transposes
     shape, dtype = plan.out_shapes[0], plan.result_dtype
