@@ -125,7 +125,7 @@ def main() -> None:
     if not args.no_save:
         codegen = njit(lambda: None).targetctx.codegen()
         meta = machine_info({"llvm cpu": codegen.magic_tuple()[1], "threads": 1,
-                             "scaling by vscalef (AVX-512)": vecmath._has_vscalef(codegen),
+                             "scaling by vscalef (AVX-512)": vecmath.has_avx512(codegen),
                              "n": args.n, "unit": f"ms per call, median of {args.repeat}"})
         rounded = [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()} for r in rows]
         print("saved", save_results("vecmath", rounded, list(rows[0]), meta))

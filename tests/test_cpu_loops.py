@@ -44,7 +44,7 @@ def test_flat_loops_vectorize(name, dtype):
 
 
 def _has_avx512() -> bool:
-    return vecmath._has_vscalef(numba.njit(lambda: None).targetctx.codegen())
+    return vecmath.has_avx512(numba.njit(lambda: None).targetctx.codegen())
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

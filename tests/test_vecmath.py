@@ -452,7 +452,7 @@ def test_exp_scales_by_vscalef_with_avx512_and_by_two_products_without(dtype, tm
     here = run("exp", x)
     asm = next(iter(loop("exp").inspect_asm().values()))
     assert not LDEXP_CALL.search(asm)
-    if vm._has_vscalef(njit(lambda: None).targetctx.codegen()):
+    if vm.has_avx512(njit(lambda: None).targetctx.codegen()):
         assert "vscalef" in asm
     avx2, avx2_asm = _exp_in_child(x, tmp_path, AVX2_ONLY)
     assert "vscalef" not in avx2_asm and not LDEXP_CALL.search(avx2_asm)
@@ -467,9 +467,9 @@ def test_vscalef_only_for_x86_with_avx512f():
         def magic_tuple(self) -> tuple[str, str, str]:
             return self.key
 
-    assert vm._has_vscalef(Codegen("x86_64-unknown-linux-gnu", "+avx2,+avx512f,+avx512vl"))
-    assert not vm._has_vscalef(Codegen("x86_64-unknown-linux-gnu", "+avx2,-avx512f,+fma"))
-    assert not vm._has_vscalef(Codegen("aarch64-unknown-linux-gnu", "+neon,+avx512f"))
+    assert vm.has_avx512(Codegen("x86_64-unknown-linux-gnu", "+avx2,+avx512f,+avx512vl"))
+    assert not vm.has_avx512(Codegen("x86_64-unknown-linux-gnu", "+avx2,-avx512f,+fma"))
+    assert not vm.has_avx512(Codegen("aarch64-unknown-linux-gnu", "+neon,+avx512f"))
 
 
 # --- the namespace and the kernel copy ---------------------------------------------------------

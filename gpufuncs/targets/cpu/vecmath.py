@@ -588,7 +588,7 @@ def _library(codegen: Any, symbol: str, name: str, bits: int, fnty: ir.FunctionT
         fn = ir.Function(module, fnty, name=symbol)
         fn.attributes.add("alwaysinline")
         body = ir.IRBuilder(fn.append_basic_block())
-        F = replace(_FORMATS[bits], ldexp=_has_vscalef(codegen))
+        F = replace(_FORMATS[bits], ldexp=has_avx512(codegen))
         body.ret(_EMITTERS[name](F, *(_V(body, a) for a in fn.args)).v)
         library.add_ir_module(module)
         library.finalize()
@@ -596,9 +596,21 @@ def _library(codegen: Any, symbol: str, name: str, bits: int, fnty: ir.FunctionT
     return libraries[symbol]
 
 
-def _has_vscalef(codegen: Any) -> bool:
-    """Whether ``codegen`` compiles for x86 with AVX-512 (its features, as Numba's disk cache
-    keys them: code built for one machine is never loaded on a machine without them)."""
+def has_avx512(codegen: Any) -> bool:
+    """Whether a Numba CPU codegen compiles for x86 with AVX-512 (where ``llvm.ldexp`` is
+    ``vscalef``).
+
+    Parameters
+    ----------
+    codegen : numba.core.codegen.CPUCodegen
+        The codegen of Numba's CPU target (``target_context.codegen()``).
+
+    Returns
+    -------
+    bool
+        From the CPU features Numba compiles for, which Numba's and gpufuncs' disk caches key
+        their entries by: code built with AVX-512 is never loaded on a machine without it.
+    """
     try:
         triple, _, features = codegen.magic_tuple()
     except AttributeError:  # pragma: no cover - a codegen without Numba's cache key
