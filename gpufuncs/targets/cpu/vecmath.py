@@ -382,8 +382,10 @@ def _exp_core(F: _Format, zh: _V, zl: _V | None = None, precise: bool = False) -
     """
     z = _where(zh > F.exp_range[1], F.exp_range[1], zh)
     z = _where(z < F.exp_range[0], F.exp_range[0], z)  # NaN passes both and propagates
-    kf = _round(F, z * (1 / _LN2))
-    hi = z - kf * F.ln2_hi  # exact
+    # One fused multiply-add each where the CPU has FMA: k = round(z / ln2) (a near-tie may go
+    # the other way, which the polynomial's range allows) and the exact hi = z - k ln2_hi.
+    kf = z.call("fmuladd", 1 / _LN2, F.shift) - F.shift
+    hi = kf.call("fmuladd", -F.ln2_hi, z)
     lo = kf * F.ln2_lo if zl is None else kf * F.ln2_lo - zl
     r = hi - lo
     rc = (hi - r) - lo  # r + rc == hi - lo to far below an ulp
