@@ -89,6 +89,13 @@ class Timings:
         return statistics.median(mine / min(theirs) for mine, *theirs in rounds)
 
 
+#: Each sample repeats a call until it lasts this long. On the 16-core VM a parallel call of
+#: 25 µs now and then waits 50-100 µs for a thread; in samples of 0.2 ms (the harness default)
+#: that gave ``auto`` 1.14x ``parallel`` for clamp float32 at 10^6, where both run the same
+#: executor.
+SAMPLE_SECONDS = 2e-3
+
+
 def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> Timings:
     """Each function's time per call, measured in rounds, each in its own shuffled order.
 
@@ -109,7 +116,8 @@ def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> Timings:
     shuffle = random.Random(n).shuffle  # the same orders in every run
     for _ in range(rounds):
         for label in order:
-            found[label].append(measure(fns[label], warmup=1, repeat=1 if n >= 10**6 else 3))
+            found[label].append(measure(fns[label], warmup=1, repeat=1 if n >= 10**6 else 3,
+                                        min_time=SAMPLE_SECONDS))
         shuffle(order)
     return Timings(found)
 
