@@ -149,6 +149,7 @@ def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
         out += [f"NumPy is faster here (auto/np above 1, from n = 10^4): {where}.", ""]
     else:
         out += ["From n = 10^4 up, `auto` is faster than the NumPy expression in every row.", ""]
+    out += _largest_call(rows)
     overhead = _load(f"{name}_overhead")
     if overhead:
         columns = [c for c in ("kernel", "dtype", "public", "public cpu", "public out=", "public where=",
@@ -167,6 +168,20 @@ def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
         shown = ", ".join(f"{k} {_number(float(v))}" for k, v in crossovers.items())
         out += [f"Crossovers `auto` measured for itself in that run (loop elements): {shown}.", ""]
     return "\n".join(out)
+
+
+def _largest_call(rows: list[dict[str, Any]]) -> list[str]:
+    """What the ``--large`` row (n = 10^8) says of ``parallel`` against ``cpu``, if there is one."""
+    large = [r for r in rows if r["n"] >= 10**8]
+    if not large:
+        return []
+    r = large[0]
+    return [f"At n = 10^8 ({r['kernel']} {r['dtype']}, `--large`) `parallel` took "
+            f"{r['parallel'] / 1e3:.3g} ms and `cpu` {r['cpu'] / 1e3:.3g} ms: {r['cpu/parallel']:.2f}x. "
+            "A call that size reads and writes 1.6 GB, its output new memory whose page faults the "
+            "threads share: `parallel` is bound by memory and the kernel's page-fault path more than by "
+            "arithmetic. On the 16-core VM this ratio has moved by more than a tenth between "
+            "runs of the same code.", ""]
 
 
 @_section("GPU")
