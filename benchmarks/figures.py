@@ -176,12 +176,13 @@ def _largest_call(rows: list[dict[str, Any]]) -> list[str]:
     if not large:
         return []
     r = large[0]
+    gigabytes = r["GB/s"] * r["auto"] / 1e6  # the bytes a call reads and writes (bench_cpu's GB/s)
     return [f"At n = 10^8 ({r['kernel']} {r['dtype']}, `--large`) `parallel` took "
             f"{r['parallel'] / 1e3:.3g} ms and `cpu` {r['cpu'] / 1e3:.3g} ms: {r['cpu/parallel']:.2f}x. "
-            "A call that size reads and writes 1.6 GB, its output new memory whose page faults the "
-            "threads share: `parallel` is bound by memory and the kernel's page-fault path more than by "
-            "arithmetic. On the 16-core VM this ratio has moved by more than a tenth between "
-            "runs of the same code.", ""]
+            f"A call that size reads and writes {gigabytes:.2g} GB, its output new memory whose page "
+            "faults the threads share: `parallel` is bound by memory and the kernel's page-fault "
+            "path more than by arithmetic. On the 16-core VM this ratio has moved by more than a "
+            "tenth between runs of the same code.", ""]
 
 
 @_section("GPU")
