@@ -103,6 +103,27 @@ def test_a_user_kernel_calling_two_math_functions_vectorizes(restore_registry):
     np.testing.assert_allclose(softplus(x), np.logaddexp(0.0, x), rtol=4e-16)
 
 
+def test_a_user_kernel_importing_math_inside_a_function_vectorizes(restore_registry):
+    """``math`` bound in the kernel's closure (a kernel made by a function that imports it)
+    gets the vector math as a global ``math`` does: no libm call left in the loop."""
+    def make_kernel():
+        import math as local_math
+
+        @gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: np.log1p(np.exp(x)),
+                  name="loops_local_softplus", replace=True)
+        def local_softplus(x):
+            return local_math.log1p(local_math.exp(x))
+
+        return local_softplus
+
+    kernel = make_kernel()
+    x = np.linspace(-30, 30, 4001)
+    ir = _vector_ir(kernel, np.float64, x)
+    assert re.search(r"<\d+ x double>", ir)
+    assert not re.search(r"call [^@\n]*@(llvm\.)?(exp|log1p)(f|\.|\()", ir)
+    np.testing.assert_allclose(kernel(x, target="cpu"), np.log1p(np.exp(x)), rtol=4e-16)
+
+
 def _exact_exp(x: np.ndarray) -> list[mpmath.mpf]:
     with mpmath.workdps(60):
         return [mpmath.exp(mpmath.mpf(float(v))) for v in x]

@@ -516,9 +516,57 @@ def test_with_vector_math_copies_the_function():
     assert copy(0.5, 1.0, scale=2.0) == pytest.approx(kernel(0.5, 1.0, scale=2.0))
     inner = make_closure()
     inner_copy = vm.with_vector_math(inner)
-    assert inner_copy.__closure__ is inner.__closure__ and inner_copy(0.5) == inner(0.5)
+    assert inner_copy.__closure__[0] is inner.__closure__[0] and inner_copy(0.5) == inner(0.5)
     with pytest.raises(TypeError):
         vm.with_vector_math(njit(kernel))
+
+
+def make_local_math_loop():
+    """A loop defined inside a function that imports ``math`` itself: ``math`` and ``exp`` are
+    closure cells, not globals."""
+    import math as local_math
+    from math import exp as local_exp
+
+    factor = 2.0
+
+    def loop(x, out):
+        for i in range(x.size):
+            out[i] = local_math.exp(x[i]) * local_exp(-x[i] / 3) * factor + local_math.floor(x[i])
+
+    return loop
+
+
+def test_with_vector_math_swaps_math_held_in_a_closure():
+    loop = make_local_math_loop()
+    copy = vm.with_vector_math(loop)
+    cells = dict(zip(loop.__code__.co_freevars, copy.__closure__))
+    originals = dict(zip(loop.__code__.co_freevars, loop.__closure__))
+    assert cells["local_math"].cell_contents is vm.namespace()
+    assert cells["local_exp"].cell_contents is vm.exp
+    assert cells["factor"] is originals["factor"]  # other cells are shared, not copied
+    assert originals["local_math"].cell_contents is math  # the original is untouched
+    assert originals["local_exp"].cell_contents is math.exp
+
+    text = llvm_ir(njit(copy), np.float64)
+    assert not ANY_MATH_CALL.search(text) and vector_width(text, np.float64) >= 2
+    x = np.linspace(-3, 3, 64)
+    fast, libm = np.empty_like(x), np.empty_like(x)
+    njit(copy)(x, fast)
+    njit(loop)(x, libm)
+    np.testing.assert_allclose(fast, libm, rtol=4e-16)
+
+
+def test_with_vector_math_keeps_an_empty_closure_cell():
+    def outer():
+        def inner(x):
+            return later(x)  # bound after inner is made: an empty cell until then
+
+        copy = vm.with_vector_math(inner)
+        later = math.exp
+        return inner, copy
+
+    inner, copy = outer()
+    assert copy.__closure__[0] is inner.__closure__[0] and copy(0.5) == math.exp(0.5)
 
 
 def scalar_kernel(x):

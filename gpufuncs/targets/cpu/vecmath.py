@@ -780,15 +780,18 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     Returns
     -------
     function
-        A new function with the same code object, closure, defaults, name, qualname and module,
-        whose globals are a copy of ``pyfunc``'s in which every name bound to the ``math``
-        module is bound to :func:`namespace`, and every name bound to a replaced ``math``
-        function (``from math import exp``) to its replacement.
+        A new function with the same code object, defaults, name, qualname and module, whose
+        globals and closure name :func:`namespace` where ``pyfunc``'s name the ``math`` module,
+        and a replacement where they name a replaced ``math`` function (``from math import
+        exp``). A closure cell holding anything else is shared with ``pyfunc``.
 
     Notes
     -----
-    Only the kernel's own globals change: helpers it calls (other ``@njit`` functions) keep
-    ``math``, and so does all other code in the process. The globals are a snapshot taken now.
+    Only the kernel's own globals and closure change: helpers it calls (other ``@njit``
+    functions) keep ``math``, and so does all other code in the process. The globals are a
+    snapshot taken now. The closure matters for a kernel defined inside a function that
+    imports ``math`` itself: without the swap, its ``math.exp`` would be libm's, one scalar
+    call per element.
     Numba's disk cache names a function's entries by file, qualname and first line and keys
     them by bytecode and closure, not globals: with ``cache=True`` the copy and the original
     share entries, and whichever compiled first is loaded for both (a cached copy can run the
@@ -797,16 +800,9 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     """
     if not isinstance(pyfunc, types.FunctionType):
         raise TypeError(f"with_vector_math needs a Python function, got {type(pyfunc).__name__}")
-    ns = namespace()
-    swaps = {getattr(math, attr): getattr(ns, attr) for attr in _REPLACED if hasattr(math, attr)}
-    scope = dict(pyfunc.__globals__)
-    for key, value in pyfunc.__globals__.items():
-        if value is math:
-            scope[key] = ns
-        elif isinstance(value, types.BuiltinFunctionType) and value in swaps:
-            scope[key] = swaps[value]
+    scope = {key: _swapped(value) for key, value in pyfunc.__globals__.items()}
     copy = types.FunctionType(pyfunc.__code__, scope, pyfunc.__name__, pyfunc.__defaults__,
-                              pyfunc.__closure__)
+                              _swapped_closure(pyfunc.__closure__))
     copy.__kwdefaults__ = pyfunc.__kwdefaults__
     copy.__qualname__ = pyfunc.__qualname__
     copy.__module__ = pyfunc.__module__
@@ -814,3 +810,29 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     copy.__annotations__ = dict(pyfunc.__annotations__)
     copy.__dict__.update(pyfunc.__dict__)
     return copy
+
+
+def _swapped(value: Any) -> Any:
+    """:func:`namespace` for the ``math`` module, the replacement of a replaced ``math``
+    function, anything else as it is."""
+    if value is math:
+        return namespace()
+    if isinstance(value, types.BuiltinFunctionType) and getattr(math, value.__name__, None) is value:
+        return getattr(namespace(), value.__name__)
+    return value
+
+
+def _swapped_closure(closure: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """``closure`` with a new cell where :func:`_swapped` changes a cell's value."""
+    if closure is None:
+        return None
+    cells = []
+    for cell in closure:
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell (a name the enclosing function binds later)
+            cells.append(cell)
+            continue
+        swapped = _swapped(value)
+        cells.append(cell if swapped is value else types.CellType(swapped))
+    return tuple(cells)
