@@ -135,13 +135,33 @@ def copy_of(nbytes: int) -> Callable[[], Any]:
     return lambda: np.copyto(dst, src)
 
 
-def main_row(case: Case, dtype: type, n: int, quick: bool) -> dict[str, Any]:
+@numba.njit(parallel=True, nogil=True)
+def _copy_on_threads(out: np.ndarray, x: np.ndarray) -> None:
+    for i in numba.prange(x.size):
+        out[i] = x[i]
+
+
+def parallel_copy_of(x: np.ndarray) -> Callable[[], Any]:
+    """A copy of ``x`` into new memory on Numba's threads: the bytes a ``parallel`` call of an
+    elementwise kernel of one array reads and writes, its output's allocation and first-touch
+    page faults included, with no arithmetic (the floor of any such call at that size)."""
+    def run() -> np.ndarray:
+        out = np.empty_like(x)  # NumPy's allocation (huge pages where it asks), as a call's output
+        _copy_on_threads(out.reshape(out.size), x.reshape(x.size))
+        return out
+    return run
+
+
+def main_row(case: Case, dtype: type, n: int, quick: bool, floor: bool = False) -> dict[str, Any]:
     """One row of the main table: the kernel on every target, its expressions, Numba's bare
-    ufunc and a copy of the same bytes, with ratios."""
+    ufunc and a copy of the same bytes, with ratios; ``floor`` adds the same copy on Numba's
+    threads into new memory (``parallel copy``, see :func:`parallel_copy_of`)."""
     x = samples(n, dtype)
     args, compiled = case.args(x), gf.get(case.name, "cpu")
     expressions = {label: lambda f=f: f(*args) for label, f in case.expressions().items()}
     anchors = {"numba": lambda: case.bare(compiled, args), "copy": copy_of(case.nbytes(n, dtype))}
+    if floor:
+        anchors["parallel copy"] = parallel_copy_of(x)
     with np.errstate(all="ignore"):
         timings = timed({**on_targets(case.kernel, args), **expressions, **anchors}, n, quick)
     row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, "n": n, **timings.times()}
@@ -153,6 +173,9 @@ def main_row(case: Case, dtype: type, n: int, quick: bool) -> dict[str, Any]:
         row["cpu/scipy"] = timings.ratio("cpu", "scipy")
     row["auto/numba"] = timings.ratio("auto", "numba")
     row["auto/copy"] = timings.ratio("auto", "copy")
+    if floor:
+        row["parallel/parallel copy"] = timings.ratio("parallel", "parallel copy")
+        row["cpu/parallel copy"] = timings.ratio("cpu", "parallel copy")
     row["GB/s"] = case.nbytes(n, dtype) / row["auto"] / 1e3  # bytes per µs / 1e3 = GB/s
     return row
 
@@ -207,12 +230,12 @@ def main_steps(selected: list[Case], sizes: tuple[int, ...] = SIZES,
 
 
 def large_steps(selected: list[Case]) -> list[Step]:
-    """The :data:`LARGE` row (``parallel`` against ``cpu`` on many cores), if its kernel is
-    selected: 7 rounds (about 45 s on 16 cores); with 3, one slow round of the
-    16-core VM decided the median."""
+    """The :data:`LARGE` row (``parallel`` against ``cpu`` on many cores, and the floor that a
+    copy on the same threads sets), if its kernel is selected: 7 rounds (about 45 s on 16
+    cores); with 3, one slow round of the 16-core VM decided the median."""
     name, dtype, n = LARGE
     return [(f"cpu {case.name} {np.dtype(dtype).name} n={n:.0e}",
-             lambda case=case: [main_row(case, dtype, n, quick=False)])
+             lambda case=case: [main_row(case, dtype, n, quick=False, floor=True)])
             for case in selected if case.name == name]
 
 
@@ -319,7 +342,9 @@ def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]],
                     found[label] = verdict(row["auto/np"], 0.3)
         row = find("gaussian", "float64", 10**8)
         if row:
-            found["gaussian float64 n=1e8 cpu/parallel"] = verdict(row["cpu/parallel"], 10, "", True)
+            floor = row.get("cpu/parallel copy")
+            bound = f"[cpu/parallel copy: {floor:.2f}]" if floor else ""
+            found["gaussian float64 n=1e8 cpu/parallel"] = verdict(row["cpu/parallel"], 10, bound, True)
     auto = max(main, key=lambda r: r["auto/best"])
     found["auto/best(cpu, parallel) (worst)"] = verdict(
         auto["auto/best"], 1.1, f"[{auto['kernel']} {auto['dtype']} n={auto['n']}]")

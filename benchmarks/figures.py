@@ -177,12 +177,17 @@ def _largest_call(rows: list[dict[str, Any]]) -> list[str]:
         return []
     r = large[0]
     gigabytes = r["GB/s"] * r["auto"] / 1e6  # the bytes a call reads and writes (bench_cpu's GB/s)
-    return [f"At n = 10^8 ({r['kernel']} {r['dtype']}, `--large`) `parallel` took "
+    text = (f"At n = 10^8 ({r['kernel']} {r['dtype']}, `--large`) `parallel` took "
             f"{r['parallel'] / 1e3:.3g} ms and `cpu` {r['cpu'] / 1e3:.3g} ms: {r['cpu/parallel']:.2f}x. "
             f"A call that size reads and writes {gigabytes:.2g} GB, its output new memory whose page "
-            "faults the threads share: `parallel` is bound by memory and the kernel's page-fault "
-            "path more than by arithmetic. On the 16-core VM this ratio has moved by more than a "
-            "tenth between runs of the same code.", ""]
+            "faults the threads share.")
+    if "parallel copy" in r:
+        text += (f" A copy of the same bytes into new memory on the same threads, no arithmetic, "
+                 f"took {r['parallel copy'] / 1e3:.3g} ms: no `parallel` call of that size can be "
+                 f"faster, so in that run `cpu`/`parallel` could reach {r['cpu/parallel copy']:.2f}x "
+                 f"at most, and `parallel` took {r['parallel/parallel copy']:.2f}x the copy.")
+    return [text + " On the 16-core VM these ratios have moved by more than a tenth between runs "
+            "of the same code.", ""]
 
 
 @_section("GPU")

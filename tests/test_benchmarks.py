@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))  # the benchmarks package lives beside gpufuncs, not in it
 
-from benchmarks import bench_gpu, cases, figures, rows  # noqa: E402
+from benchmarks import bench_cpu, bench_gpu, cases, figures, rows  # noqa: E402
 
 META = ("date", "machine", "processor", "cores", "python", "numpy", "numba", "gpufuncs", "git commit",
         "gpu", "gpu skipped", "suites", "quick")
@@ -84,6 +84,21 @@ def test_quick_run_plots(quick_run):
     plots = quick_run[1]
     assert sorted(p.name for p in plots.iterdir()) == ["cpu-overhead.png", "cpu-time.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots.iterdir())
+
+
+def test_the_large_rows_floor_is_a_copy_into_new_memory():
+    """The ``--large`` row's ``parallel copy``: the argument's values in a new array, its ratios
+    taken against the same rounds as the kernel's (here at a small n, 3 rounds)."""
+    x = bench_cpu.samples(1000, np.float64)
+    copy = bench_cpu.parallel_copy_of(x)
+    first, second = copy(), copy()
+    np.testing.assert_array_equal(first, x)
+    assert not np.shares_memory(first, x) and not np.shares_memory(first, second)
+    (case,) = cases.cases(["gaussian"])
+    row = bench_cpu.main_row(case, np.float64, 1000, quick=True, floor=True)
+    assert row["parallel copy"] > 0
+    assert row["cpu/parallel copy"] > 0 and row["parallel/parallel copy"] > 0
+    assert "parallel copy" not in bench_cpu.main_row(case, np.float64, 1000, quick=True)
 
 
 def test_a_kernel_without_a_declaration_stops_the_benchmarks(restore_registry):
