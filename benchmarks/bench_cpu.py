@@ -108,9 +108,11 @@ def timed(fns: dict[str, Callable[[], Any]], n: int, quick: bool) -> Timings:
     """
     # 11 rounds: on the 16-core VM one call in several of ``parallel`` takes 3-5x its usual
     # time (a stalled thread stalls the call), and 7 samples let that reach medians; so do the
-    # 2-core VM's slow phases at 10^7 (auto 1.17x parallel there, the same executor). 7 at
-    # 10^8, whose rounds take seconds.
-    rounds = 3 if quick else 7 if n >= 10**8 else 11
+    # 2-core VM's slow phases at 10^7 (auto 1.17x parallel there, the same executor). 15 at
+    # 10^8 (the --large row, without its slowest anchors): its calls vary by 10-20% from one to
+    # the next on the 16-core VM, and with 7 rounds auto, the same executor as parallel, came
+    # out 1.17x parallel there.
+    rounds = 3 if quick else 15 if n >= 10**8 else 11
     found: dict[str, list[float]] = {label: [] for label in fns}
     order = list(fns)
     shuffle = random.Random(n).shuffle  # the same orders in every run
@@ -152,16 +154,24 @@ def parallel_copy_of(x: np.ndarray) -> Callable[[], Any]:
     return run
 
 
-def main_row(case: Case, dtype: type, n: int, quick: bool, floor: bool = False) -> dict[str, Any]:
+def main_row(case: Case, dtype: type, n: int, quick: bool, large: bool = False) -> dict[str, Any]:
     """One row of the main table: the kernel on every target, its expressions, Numba's bare
-    ufunc and a copy of the same bytes, with ratios; ``floor`` adds the same copy on Numba's
-    threads into new memory (``parallel copy``, see :func:`parallel_copy_of`)."""
+    ufunc and a copy of the same bytes, with ratios.
+
+    ``large``: the ``--large`` row, which adds the same copy on Numba's threads into new memory
+    (``parallel copy``, see :func:`parallel_copy_of`) and leaves out Numba's bare ufunc and
+    the expressions but the anchor (SciPy): at 10^8 they take 2-3 s a call on 16 cores, and
+    no target reads them there.
+    """
     x = samples(n, dtype)
     args, compiled = case.args(x), gf.get(case.name, "cpu")
-    expressions = {label: lambda f=f: f(*args) for label, f in case.expressions().items()}
-    anchors = {"numba": lambda: case.bare(compiled, args), "copy": copy_of(case.nbytes(n, dtype))}
-    if floor:
+    expressions = {label: lambda f=f: f(*args) for label, f in case.expressions().items()
+                   if label == case.anchor or not large}
+    anchors = {"copy": copy_of(case.nbytes(n, dtype))}
+    if large:
         anchors["parallel copy"] = parallel_copy_of(x)
+    else:
+        anchors["numba"] = lambda: case.bare(compiled, args)
     with np.errstate(all="ignore"):
         timings = timed({**on_targets(case.kernel, args), **expressions, **anchors}, n, quick)
     row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, "n": n, **timings.times()}
@@ -171,9 +181,10 @@ def main_row(case: Case, dtype: type, n: int, quick: bool, floor: bool = False) 
     row["cpu/parallel"] = timings.ratio("cpu", "parallel")
     if "scipy" in row:
         row["cpu/scipy"] = timings.ratio("cpu", "scipy")
-    row["auto/numba"] = timings.ratio("auto", "numba")
+    if "numba" in row:
+        row["auto/numba"] = timings.ratio("auto", "numba")
     row["auto/copy"] = timings.ratio("auto", "copy")
-    if floor:
+    if large:
         row["parallel/parallel copy"] = timings.ratio("parallel", "parallel copy")
         row["cpu/parallel copy"] = timings.ratio("cpu", "parallel copy")
     row["GB/s"] = case.nbytes(n, dtype) / row["auto"] / 1e3  # bytes per µs / 1e3 = GB/s
@@ -231,11 +242,11 @@ def main_steps(selected: list[Case], sizes: tuple[int, ...] = SIZES,
 
 def large_steps(selected: list[Case]) -> list[Step]:
     """The :data:`LARGE` row (``parallel`` against ``cpu`` on many cores, and the floor that a
-    copy on the same threads sets), if its kernel is selected: 7 rounds (about 45 s on 16
-    cores); with 3, one slow round of the 16-core VM decided the median."""
+    copy on the same threads sets), if its kernel is selected: 15 rounds, about 45 s on 16
+    cores (see :func:`timed` and :func:`main_row`)."""
     name, dtype, n = LARGE
     return [(f"cpu {case.name} {np.dtype(dtype).name} n={n:.0e}",
-             lambda case=case: [main_row(case, dtype, n, quick=False, floor=True)])
+             lambda case=case: [main_row(case, dtype, n, quick=False, large=True)])
             for case in selected if case.name == name]
 
 
