@@ -124,6 +124,27 @@ def test_a_user_kernel_importing_math_inside_a_function_vectorizes(restore_regis
     np.testing.assert_allclose(kernel(x, target="cpu"), np.log1p(np.exp(x)), rtol=4e-16)
 
 
+@numba.njit
+def _softplus_helper(x):
+    """An ``@njit`` helper calling ``math``, as a kernel author factors code out."""
+    return math.log1p(math.exp(-abs(x)))
+
+
+def test_a_user_kernel_calling_an_njit_helper_vectorizes(restore_registry):
+    """The helper's ``math`` gets the vector math too (a copy of it, inlined): no libm call."""
+    @gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: np.logaddexp(0.0, x),
+              name="loops_helper_softplus", replace=True)
+    def softplus(x):
+        return max(x, gf.as_type(0, x)) + _softplus_helper(x)
+
+    x = np.linspace(-30, 30, 4001)
+    ir = _vector_ir(softplus, np.float64, x)
+    assert re.search(r"<\d+ x double>", ir)
+    assert not re.search(r"call [^@\n]*@(llvm\.)?(exp|log1p)(f|\.|\()", ir)
+    np.testing.assert_allclose(softplus(x, target="cpu"), np.logaddexp(0.0, x), rtol=4e-16)
+    np.testing.assert_allclose(softplus(x, target="parallel"), np.logaddexp(0.0, x), rtol=4e-16)
+
+
 def _exact_exp(x: np.ndarray) -> list[mpmath.mpf]:
     with mpmath.workdps(60):
         return [mpmath.exp(mpmath.mpf(float(v))) for v in x]

@@ -569,6 +569,55 @@ def test_with_vector_math_keeps_an_empty_closure_cell():
     assert copy.__closure__[0] is inner.__closure__[0] and copy(0.5) == math.exp(0.5)
 
 
+@njit(error_model="numpy")
+def helper_exp(x):
+    return math.exp(x) + imported_exp(-x)
+
+
+def kernel_with_helper(x):
+    return helper_exp(x) * 2.0
+
+
+@njit
+def ping(x, n):
+    return x if n <= 0 else pong(math.exp(x) * 0.0 + x, n - 1)
+
+
+@njit
+def pong(x, n):
+    return ping(x, n)
+
+
+def test_with_vector_math_copies_the_njit_helpers_a_kernel_calls():
+    copy = vm.with_vector_math(kernel_with_helper)
+    helper_copy = copy.__globals__["helper_exp"]
+    assert helper_copy is not helper_exp and helper_copy.py_func.__code__ is helper_exp.py_func.__code__
+    assert helper_copy.py_func.__globals__["math"] is vm.namespace()
+    assert helper_copy.targetoptions["error_model"] == "numpy"  # the helper's options kept
+    assert helper_copy.targetoptions["inline"] == "always"  # one body for the loop to vectorize
+    assert vm.with_vector_math(kernel_with_helper).__globals__["helper_exp"] is helper_copy  # made once
+    assert helper_exp.py_func.__globals__["math"] is math  # the helper itself is untouched
+
+    def loop(x, out):
+        for i in range(x.size):
+            out[i] = kernel_with_helper_jit(x[i])
+
+    kernel_with_helper_jit = njit(copy)
+    text = llvm_ir(njit(loop), np.float64)
+    assert not ANY_MATH_CALL.search(text) and vector_width(text, np.float64) >= 2
+    assert kernel_with_helper_jit(0.5) == pytest.approx(kernel_with_helper(0.5), rel=4e-16)
+    # compiled afterwards, the helper itself still calls libm
+    helper_exp(0.5)
+    assert re.search(r"@llvm\.exp\.f64", helper_exp.inspect_llvm(helper_exp.signatures[0]))
+
+
+def test_with_vector_math_ends_on_helpers_that_call_each_other():
+    copy = vm.with_vector_math(ping.py_func)
+    pong_copy = copy.__globals__["pong"]
+    assert pong_copy is not pong and pong_copy.py_func.__globals__["ping"] is ping  # back into the original
+    assert pong_copy.py_func.__globals__["math"] is vm.namespace()
+
+
 def scalar_kernel(x):
     return math.exp(x) * imported_exp(x / 3) + math.floor(x)
 

@@ -17,8 +17,10 @@ Replaced functions
 ``llvm.sqrt``, as Numba's own, which already vectorizes). Everything else in the namespace *is*
 ``math``'s own object (``floor``, ``fabs``, ``copysign``, ``isnan``, ``sin``, ``tanh``,
 ``log2``, ``log10``, ``pi``, ``inf``, ...) and compiles exactly as before: LLVM instructions
-where Numba has them, libm calls otherwise. ``numpy`` functions called on scalars
-(``np.exp(x)``) and ``math`` inside other ``@njit`` functions the kernel calls are not replaced.
+where Numba has them, libm calls otherwise. ``math`` inside the ``@njit`` helpers a kernel
+calls is replaced too, in copies of them (see :func:`with_vector_math`); ``numpy`` functions
+called on scalars (``np.exp(x)``) and functions made with ``register_jitable`` or ``overload``
+are not.
 
 Each function has a float32 implementation that computes in float32 (16 lanes per AVX-512
 register, 8 per AVX2 one; ``pow`` alone computes in float64 and rounds once) and a float64 one.
@@ -79,6 +81,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import types
 import weakref
 from collections.abc import Callable, Sequence
@@ -87,8 +90,10 @@ from typing import Any, SupportsFloat
 
 import numpy as np
 from llvmlite import ir
+from numba import njit
 from numba.core import cgutils
 from numba.core import types as nbtypes
+from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, overload
 
 __all__ = ["exp", "exp2", "expm1", "log", "log1p", "namespace", "pow", "sqrt", "with_vector_math"]
@@ -782,16 +787,20 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     function
         A new function with the same code object, defaults, name, qualname and module, whose
         globals and closure name :func:`namespace` where ``pyfunc``'s name the ``math`` module,
-        and a replacement where they name a replaced ``math`` function (``from math import
-        exp``). A closure cell holding anything else is shared with ``pyfunc``.
+        a replacement where they name a replaced ``math`` function (``from math import exp``),
+        and a copy where they name an ``@njit`` helper (see below). A closure cell holding
+        anything else is shared with ``pyfunc``.
 
     Notes
     -----
-    Only the kernel's own globals and closure change: helpers it calls (other ``@njit``
-    functions) keep ``math``, and so does all other code in the process. The globals are a
-    snapshot taken now. The closure matters for a kernel defined inside a function that
-    imports ``math`` itself: without the swap, its ``math.exp`` would be libm's, one scalar
-    call per element.
+    A helper the kernel calls, an ``@numba.njit`` function, is replaced by a new dispatcher of
+    ``with_vector_math`` of its Python function, with its options and ``inline="always"`` (so
+    that the kernel's loop sees one body, as it must to vectorize), made once per helper and
+    without Numba's disk cache (it would share the helper's entries, see below). The helper
+    itself, and every other function in the process, keep ``math``. A helper that calls back
+    into one being copied keeps the original there. The globals are a snapshot taken now.
+    The closure matters for a kernel defined inside a function that imports ``math`` itself:
+    without the swap, its ``math.exp`` would be libm's, one scalar call per element.
     Numba's disk cache names a function's entries by file, qualname and first line and keys
     them by bytecode and closure, not globals: with ``cache=True`` the copy and the original
     share entries, and whichever compiled first is loaded for both (a cached copy can run the
@@ -814,12 +823,37 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
 
 def _swapped(value: Any) -> Any:
     """:func:`namespace` for the ``math`` module, the replacement of a replaced ``math``
-    function, anything else as it is."""
+    function, the copy of an ``@njit`` helper, anything else as it is."""
     if value is math:
         return namespace()
     if isinstance(value, types.BuiltinFunctionType) and getattr(math, value.__name__, None) is value:
         return getattr(namespace(), value.__name__)
+    if isinstance(value, CPUDispatcher):
+        return _helper_copy(value)
     return value
+
+
+#: Helper copies by helper (see :func:`with_vector_math`), and the helpers being copied now.
+_HELPERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_COPYING: set[int] = set()
+_HELPERS_LOCK = threading.RLock()
+
+
+def _helper_copy(helper: Any) -> Any:
+    """The vector-math copy of the ``@njit`` function ``helper``, made once; ``helper`` itself
+    where it calls back into a helper being copied (a recursion would never end)."""
+    with _HELPERS_LOCK:
+        copy = _HELPERS.get(helper)
+        if copy is not None or id(helper) in _COPYING:
+            return copy or helper
+        _COPYING.add(id(helper))
+        try:
+            options = {k: v for k, v in helper.targetoptions.items() if k != "nopython"}
+            options["inline"] = "always"
+            copy = _HELPERS[helper] = njit(**options)(with_vector_math(helper.py_func))
+        finally:
+            _COPYING.discard(id(helper))
+        return copy
 
 
 def _swapped_closure(closure: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
