@@ -45,7 +45,7 @@ import gpufuncs as gf
 from gpufuncs.targets.cpu import auto
 
 from .cases import Case
-from .harness import Progress, machine_info, measure
+from .harness import Progress, machine_info, measure, measure_pair
 
 TARGETS = ("cpu", "parallel", "auto")
 DTYPES = (np.float32, np.float64)
@@ -191,27 +191,40 @@ def main_row(case: Case, dtype: type, n: int, quick: bool, large: bool = False) 
     return row
 
 
+#: The overhead table's ratios: column -> (the public call, the bare call it is measured against).
+OVERHEAD_PAIRS = {"public/bare": ("public", "bare"), "cpu/bare": ("public cpu", "bare"),
+                  "out/bare out": ("public out=", "bare out="),
+                  "where/bare out": ("public where=", "bare out=")}
+
+
 def overhead_row(case: Case, dtype: type, quick: bool = False) -> dict[str, Any]:
     """Public call vs the bare Numba ``cpu`` ufunc and the NumPy expression at
     ``OVERHEAD_SIZE`` elements: plain, and with ``out=`` and ``where=`` against the bare call
-    with ``out=``."""
+    with ``out=``.
+
+    The times come from rounds of every contender (:func:`timed`); each ratio of
+    :data:`OVERHEAD_PAIRS` from its two calls alone, their repetitions of 0.2 ms interleaved
+    (:func:`harness.measure_pair`). On the 16-core VM the rounds' per-round ratio of these
+    1 µs calls, samples 6 ms apart, once gave exp's ``cpu/bare`` 1.52 where the medians of the
+    same run gave 1.35.
+    """
     kernel = case.kernel
     args, compiled = case.args(samples(OVERHEAD_SIZE, dtype)), gf.get(case.name, "cpu")
     out = np.empty_like(kernel(*args))
     where = np.ones(out.shape[: out.ndim - (1 if kernel.signature else 0)], bool)
     anchor = case.expressions()[case.anchor]
+    calls = {"public": lambda: kernel(*args), "public cpu": lambda: kernel(*args, target="cpu"),
+             "public out=": lambda: kernel(*args, out=out),
+             "public where=": lambda: kernel(*args, out=out, where=where),
+             "bare": lambda: case.bare(compiled, args),
+             "bare out=": lambda: case.bare_out(compiled, out, args),
+             "numpy": lambda: anchor(*args)}
     with np.errstate(all="ignore"):
-        timings = timed({"public": lambda: kernel(*args), "public cpu": lambda: kernel(*args, target="cpu"),
-                       "public out=": lambda: kernel(*args, out=out),
-                       "public where=": lambda: kernel(*args, out=out, where=where),
-                       "bare": lambda: case.bare(compiled, args),
-                       "bare out=": lambda: case.bare_out(compiled, out, args),
-                       "numpy": lambda: anchor(*args)}, OVERHEAD_SIZE, quick)
+        timings = timed(calls, OVERHEAD_SIZE, quick)
+        pairs = {column: measure_pair(calls[mine], calls[bare], inner=None, repeat=21 if quick else 201)
+                 for column, (mine, bare) in OVERHEAD_PAIRS.items()}
     row: dict[str, Any] = {"kernel": case.name, "dtype": np.dtype(dtype).name, **timings.times()}
-    row["public/bare"] = timings.ratio("public", "bare")
-    row["cpu/bare"] = timings.ratio("public cpu", "bare")
-    row["out/bare out"] = timings.ratio("public out=", "bare out=")
-    row["where/bare out"] = timings.ratio("public where=", "bare out=")
+    row.update({column: mine / bare for column, (mine, bare) in pairs.items()})
     row["public/np"] = timings.ratio("public", "numpy")
     return row
 

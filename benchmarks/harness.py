@@ -60,7 +60,8 @@ def measure_pair(
     sync: Callable[[], Any] | None = None,
     warmup: int = 5,
     repeat: int = 200,
-    inner: int = 1,
+    inner: int | None = 1,
+    min_time: float = 2e-4,
 ) -> tuple[float, float]:
     """Median seconds per call of ``fn`` and of ``ref``, their repetitions interleaved.
 
@@ -68,13 +69,17 @@ def measure_pair(
     swapped every other repetition), each followed by ``sync`` inside its timed region. Drift in
     the machine's state between repetitions (clocks, other processes) then reaches both alike:
     for microsecond calls whose ratio is close to 1, measuring one after the other can move the
-    ratio by more than the difference being measured.
+    ratio by more than the difference being measured. ``inner=None``: enough calls for ``fn``'s
+    repetition to last ``min_time`` (so that the timer's own cost is no part of a sub-microsecond
+    call), the same number for ``ref``.
     """
     for _ in range(warmup):
         fn()
         ref()
     if sync:
         sync()
+    if inner is None:
+        inner = _calibrate(fn, sync, min_time)
     samples: tuple[list[float], list[float]] = ([], [])
     for r in range(repeat):
         order = ((0, fn), (1, ref)) if r % 2 == 0 else ((1, ref), (0, fn))
