@@ -597,6 +597,7 @@ def test_with_vector_math_copies_the_njit_helpers_a_kernel_calls():
     assert helper_copy.targetoptions["inline"] == "always"  # one body for the loop to vectorize
     assert vm.with_vector_math(kernel_with_helper).__globals__["helper_exp"] is helper_copy  # made once
     assert helper_exp.py_func.__globals__["math"] is math  # the helper itself is untouched
+    assert copy.__globals__["ping"] is ping  # a helper the kernel does not name is left alone
 
     def loop(x, out):
         for i in range(x.size):
@@ -614,8 +615,11 @@ def test_with_vector_math_copies_the_njit_helpers_a_kernel_calls():
 def test_with_vector_math_ends_on_helpers_that_call_each_other():
     copy = vm.with_vector_math(ping.py_func)
     pong_copy = copy.__globals__["pong"]
-    assert pong_copy is not pong and pong_copy.py_func.__globals__["ping"] is ping  # back into the original
-    assert pong_copy.py_func.__globals__["math"] is vm.namespace()
+    assert copy.__globals__["math"] is vm.namespace() and pong_copy is not pong
+    # pong's copy names a copy of ping, made while pong's was: that one calls the original pong
+    ping_copy = pong_copy.py_func.__globals__["ping"]
+    assert ping_copy is not ping and ping_copy.py_func.__globals__["pong"] is pong
+    assert ping_copy.py_func.__globals__["math"] is vm.namespace()
 
 
 def scalar_kernel(x):

@@ -174,7 +174,7 @@ def _feed_function(digest: Any, func: Any, seen: set[int]) -> bool:
     values = [*cells, *(func.__defaults__ or ()), *(func.__kwdefaults__ or {}).values()]
     if not all(_feed_value(digest, v, seen, strict=True) for v in values):
         return False
-    names = sorted(_global_names(func.__code__))
+    names = sorted(global_names(func.__code__))
     for name in names:
         if name in func.__globals__:
             digest.update(name.encode())
@@ -200,11 +200,13 @@ def _feed_code(digest: Any, code: types.CodeType) -> None:
             digest.update(repr(const).encode())
 
 
-def _global_names(code: types.CodeType) -> set[str]:
+def global_names(code: types.CodeType) -> set[str]:
+    """The names ``code`` and the code nested in it may read as globals (a superset: attribute
+    names are among them)."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _global_names(const)
+            names |= global_names(const)
     return names
 
 

@@ -96,6 +96,8 @@ from numba.core import types as nbtypes
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, overload
 
+from .cache import global_names
+
 __all__ = ["exp", "exp2", "expm1", "log", "log1p", "namespace", "pow", "sqrt", "with_vector_math"]
 
 _REPLACED = ("exp", "exp2", "expm1", "log", "log1p", "pow", "sqrt")
@@ -796,9 +798,10 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     A helper the kernel calls, an ``@numba.njit`` function, is replaced by a new dispatcher of
     ``with_vector_math`` of its Python function, with its options and ``inline="always"`` (so
     that the kernel's loop sees one body, as it must to vectorize), made once per helper and
-    without Numba's disk cache (it would share the helper's entries, see below). The helper
-    itself, and every other function in the process, keep ``math``. A helper that calls back
-    into one being copied keeps the original there. The globals are a snapshot taken now.
+    without Numba's disk cache (it would share the helper's entries, see below). Only the
+    globals the code names are swapped. The helper itself, and every other function in the
+    process, keep ``math``. A helper that calls back into one being copied keeps the original
+    there. The globals are a snapshot taken now.
     The closure matters for a kernel defined inside a function that imports ``math`` itself:
     without the swap, its ``math.exp`` would be libm's, one scalar call per element.
     Numba's disk cache names a function's entries by file, qualname and first line and keys
@@ -809,7 +812,8 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     """
     if not isinstance(pyfunc, types.FunctionType):
         raise TypeError(f"with_vector_math needs a Python function, got {type(pyfunc).__name__}")
-    scope = {key: _swapped(value) for key, value in pyfunc.__globals__.items()}
+    used = global_names(pyfunc.__code__)  # only these: copying every helper in the module is waste
+    scope = {key: _swapped(value) if key in used else value for key, value in pyfunc.__globals__.items()}
     copy = types.FunctionType(pyfunc.__code__, scope, pyfunc.__name__, pyfunc.__defaults__,
                               _swapped_closure(pyfunc.__closure__))
     copy.__kwdefaults__ = pyfunc.__kwdefaults__
@@ -845,7 +849,7 @@ def _helper_copy(helper: Any) -> Any:
     with _HELPERS_LOCK:
         copy = _HELPERS.get(helper)
         if copy is not None or id(helper) in _COPYING:
-            return copy or helper
+            return copy if copy is not None else helper
         _COPYING.add(id(helper))
         try:
             options = {k: v for k, v in helper.targetoptions.items() if k != "nopython"}
