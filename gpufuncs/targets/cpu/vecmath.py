@@ -838,6 +838,8 @@ def _swapped(value: Any) -> Any:
 
 
 #: Helper copies by helper (see :func:`with_vector_math`), and the helpers being copied now.
+#: Weak keys let the copy of a helper made inside a function go with it; a module-level
+#: helper's copy holds the helper through its globals, and both live as long as the module.
 _HELPERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _COPYING: set[int] = set()
 _HELPERS_LOCK = threading.RLock()
