@@ -9,6 +9,7 @@ everything an executor can decide from the plan it decides in ``prepare``, not p
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -137,30 +138,40 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
-def read_before_write(inputs: Any, outs: tuple[Any, ...]) -> Any:
-    """``inputs`` with each host array that shares memory with an output, other than that
-    output element for element, replaced by a copy: NumPy's result is that of a call that reads
-    every input before writing anything, and loops (and chunks) write as they go."""
+def read_before_write(inputs: Any, outs: tuple[Any, ...], same_is_safe: bool = True) -> Any:
+    """``inputs`` with each host array that shares memory with an output replaced by a copy:
+    NumPy's result is that of a call that reads every input before writing anything, and loops
+    (and chunks) write as they go.
+
+    An input whose elements are exactly an output's (``f(x, out=x)``) is left as it is where
+    ``same_is_safe``: an elementwise loop reads each element before it writes it. A gufunc
+    with core dimensions reads a whole row (``(n)->(n)`` reversing it) while writing it, so
+    its callers pass ``same_is_safe=False``, and such an input is copied too, as NumPy does.
+    """
     copied = None
     for i, a in enumerate(inputs):
         if type(a) is np.ndarray:
             for o in outs:
-                # Two distinct arrays that own their memory cannot overlap (cheap, and common).
-                if a is o or (a.base is None and o.base is None):
+                if a is o and same_is_safe:
                     continue
-                if _may_share_memory(a, o) and not _same_elements(a, o):
+                # Two distinct arrays that own their memory cannot overlap (cheap, and common).
+                if a is not o and a.base is None and o.base is None:
+                    continue
+                if _may_share_memory(a, o) and not (same_is_safe and _same_elements(a, o)):
                     copied = copied or list(inputs)
                     copied[i] = a.copy()
                     break
     return inputs if copied is None else type(inputs)(copied)
 
 
-def overlap_guard(plan: Plan) -> Callable[[Any, tuple[Any, ...]], Any]:
+def overlap_guard(plan: Plan, same_is_safe: bool = True) -> Callable[[Any, tuple[Any, ...]], Any]:
     """:func:`read_before_write` for the calls of ``plan``: what a call signature already tells
     (which inputs are arrays, how many outputs) is not looked at again on every call."""
     arrays = [i for i, a in enumerate(plan.inputs) if a.is_array]
     if not arrays:
         return _unchanged
+    if not same_is_safe:
+        return functools.partial(read_before_write, same_is_safe=False)
     if len(arrays) > 1 or plan.outs is None or len(plan.outs) != 1:
         return read_before_write
     (index,) = arrays
@@ -175,6 +186,14 @@ def overlap_guard(plan: Plan) -> Callable[[Any, tuple[Any, ...]], Any]:
         return read_before_write(inputs, outs)
 
     return guard_one
+
+
+def mask_before_write(where: Any, outs: tuple[Any, ...]) -> Any:
+    """``where``, or a copy of it where it shares memory with an output: the mask is read
+    element by element (and block by block) while outputs are written."""
+    if type(where) is not np.ndarray or (where.base is None and all(o.base is None for o in outs)):
+        return where
+    return read_before_write((where,), outs, same_is_safe=False)[0]
 
 
 def _unchanged(inputs: Any, outs: tuple[Any, ...]) -> Any:

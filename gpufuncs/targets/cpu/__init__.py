@@ -38,6 +38,7 @@ from ..base import (
     Target,
     interrupts_deferred,
     is_contiguous,
+    mask_before_write,
     overlap_guard,
     read_before_write,
 )
@@ -129,8 +130,16 @@ def _scalar_argtypes(spec: KernelSpec, dtype: np.dtype) -> tuple[Any, ...]:
     t = from_dtype(dtype)
     if spec.layout is None:
         return (t,) * spec.nin
-    inputs = tuple(nbtypes.Array(t, len(dims), "C") if dims else t for dims in spec.layout.inputs)
-    return inputs + tuple(nbtypes.Array(t, max(1, len(dims)), "C") for dims in spec.layout.outputs)
+    inputs = tuple(_array_type(dtype, len(dims)) if dims else t for dims in spec.layout.inputs)
+    return inputs + tuple(_array_type(dtype, max(1, len(dims))) for dims in spec.layout.outputs)
+
+
+def _array_type(dtype: np.dtype, ndim: int) -> nbtypes.Array:
+    """The Numba type of a C-contiguous array as the flat loops take it: *unaligned*, so that
+    every load and store is valid at any address. Alignment is not part of a call signature
+    (``np.frombuffer(..., offset=1)``, record fields), and on x86 the vectorized loops are the
+    same instructions either way (same speed, measured on the 2-core machine)."""
+    return nbtypes.Array(from_dtype(dtype), ndim, "C", aligned=False)
 
 
 class CpuKernel:
@@ -280,7 +289,7 @@ def _numba_args(plan: Plan) -> Any:
     result = []
     for a in plan.inputs:
         if a.is_array:
-            result.append(nbtypes.Array(from_dtype(a.dtype), len(a.shape), "C"))
+            result.append(_array_type(a.dtype, len(a.shape)))
         elif a.role == SCALAR:
             result.append(nbtypes.boolean if a.dtype is bool else nbtypes.float64)
         else:
@@ -294,13 +303,19 @@ def _int_scalars(plan: Plan) -> list[int]:
     return [i for i, a in enumerate(plan.inputs) if a.role == SCALAR and a.dtype is int]
 
 
-def _loop_args(inputs: tuple[Any, ...], outs: Any, ints: list[int]) -> list[Any]:
+def _loop_args(inputs: tuple[Any, ...], outs: Any, ints: list[int], same_is_safe: bool = True) -> list[Any]:
     """The inputs as a flat loop takes them: Python ints as floats, and read from a copy where
-    they overlap an ``out=`` array."""
+    they overlap an ``out=`` array (see :func:`.base.read_before_write`)."""
     args = list(inputs)
     for i in ints:
         args[i] = float(args[i])
-    return args if outs is None else read_before_write(args, outs)
+    return args if outs is None else read_before_write(args, outs, same_is_safe)
+
+
+def _elementwise(plan: Plan) -> bool:
+    """Whether every operand of ``plan`` is elementwise (no core dimensions): only then may an
+    input be the very memory of an output without a copy."""
+    return not any(plan.cores)
 
 
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
@@ -308,9 +323,9 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
     ints = _int_scalars(plan)
     transposed = order == "F"  # F-contiguous arrays, seen through their C-contiguous transposes
     shape, dtype = plan.out_shapes[0], plan.result_dtype
-    out_type = nbtypes.Array(from_dtype(dtype), len(shape), "C")
+    out_type = _array_type(dtype, len(shape))
     if plan.where is not None:
-        where_type = nbtypes.Array(nbtypes.boolean, len(plan.where.shape), "C")
+        where_type = _array_type(plan.where.dtype, len(plan.where.shape))
         run = compiled.compile_loop(masked, (out_type, where_type, _numba_args(plan)))
     else:
         run = compiled.compile_loop(threaded if parallel else loop, (out_type, _numba_args(plan)))
@@ -329,7 +344,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
     if not ints and not transposed and plan.outs is not None:
         def execute_masked(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            run(outs[0], where, guard(inputs, outs))
+            run(outs[0], mask_before_write(where, outs), guard(inputs, outs))
             return outs
 
         return execute_masked
@@ -337,7 +352,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
     def execute_general(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         args = _loop_args(inputs, outs, ints)
         out = outs[0] if outs is not None else np.empty(shape, dtype, order=order)
-        masks = () if where is True else (where,)
+        masks = () if where is True else (mask_before_write(where, (out,)),)
         if transposed:
             out, masks, args = out.T, tuple(m.T for m in masks), [getattr(a, "T", a) for a in args]
         run(out, *masks, tuple(args))
@@ -360,14 +375,15 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
                 for shape, core in zip(plan.out_shapes, plan.cores[spec.nin:])]
     dtype = plan.loop.dtype
     args_type = nbtypes.BaseTuple.from_types(tuple(
-        nbtypes.Array(from_dtype(a.dtype), len(r or a.shape), "C") if a.is_array else t
+        _array_type(a.dtype, len(r or a.shape)) if a.is_array else t
         for a, r, t in zip(plan.inputs, rows, _numba_args(plan))))
-    outs_type = nbtypes.Tuple(tuple(nbtypes.Array(from_dtype(dtype), len(r), "C") for r in out_rows))
-    masks = () if plan.where is None else (nbtypes.Array(nbtypes.boolean, len(plan.where.shape), "C"),)
+    outs_type = nbtypes.Tuple(tuple(_array_type(dtype, len(r)) for r in out_rows))
+    masks = () if plan.where is None else (_array_type(plan.where.dtype, len(plan.where.shape)),)
     run = compiled.compile_loop(run, (outs_type, *masks, args_type))
 
+    elementwise = _elementwise(plan)
     if not ints and not any(rows) and out_rows == list(plan.out_shapes):
-        guard = overlap_guard(plan)
+        guard = overlap_guard(plan, elementwise)
 
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
@@ -377,20 +393,20 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
             if where is True:
                 run(outs, inputs)
             else:
-                run(outs, where, inputs)
+                run(outs, mask_before_write(where, outs), inputs)
             return outs
 
         return execute_flat
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = _loop_args(inputs, outs, ints)
+        args = _loop_args(inputs, outs, ints, elementwise)
         if outs is None:
             outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
         for i, shape in enumerate(rows):
             if shape is not None:
                 args[i] = args[i].reshape(shape)
         shaped = tuple(o if o.shape == r else o.reshape(r) for o, r in zip(outs, out_rows))
-        run(shaped, *(() if where is True else (where,)), tuple(args))
+        run(shaped, *(() if where is True else (mask_before_write(where, outs),)), tuple(args))
         return tuple(outs)
 
     return execute
@@ -408,8 +424,17 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
     ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
     char = plan.loop.char
     signature = char * spec.nin + "->" + char
-    shape, dtype, order = plan.out_shapes[0], plan.result_dtype, plan.order
-    direct = plan.outs is not None and _loop_writes_correctly(plan.outs[0], plan.inputs, plan.loop.dtype)
+    shape, dtype = plan.out_shapes[0], plan.result_dtype
+    transposed = plan.order == "F" and len(shape) > 1
+    # Numba's @vectorize loop (0.68, ``wrappers.build_ufunc_wrapper``) takes its contiguous
+    # path whenever every *input* has a unit step, and then writes the output contiguously
+    # too, ignoring its step: an ``out`` NumPy iterates with another step gets wrong values,
+    # or writes past its end (an input copied at run time, or buffered by NumPy, has a unit
+    # step whatever the call signature says). So the loop only ever writes a C-contiguous
+    # array: NumPy iterates one in C order with a unit inner step, whatever the other
+    # operands' order (an unaligned or byte-swapped one through a contiguous buffer). Any
+    # other ``out`` gets its values through such a buffer (see below).
+    direct = plan.outs is not None and _c_contiguous(plan.outs[0])
 
     def compute(inputs: list[Any], out: np.ndarray) -> None:
         # The casts were checked by dispatch against the caller's ``casting=``.
@@ -418,16 +443,22 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         args = list(inputs)
         if outs is None:
-            out = np.empty(shape, dtype, order=order)
-            compute(args, out)
+            if not transposed:
+                out = np.empty(shape, dtype)
+                compute(args, out)
+                return (out,)
+            # order="F": computed into the C-contiguous transpose of an F-ordered array.
+            out = np.empty(shape[::-1], dtype).T
+            compute([np.broadcast_to(a, shape).T if np.ndim(a) else a for a in args], out.T)
             return (out,)
         given = outs[0]
         args = read_before_write(args, outs)
         if where is True and direct:
             compute(args, given)
             return (given,)
-        # Numba's ufunc loops take no write mask, and some layouts of ``out`` need a buffer:
+        # Numba's ufunc loops take no write mask, and other layouts of ``out`` need a buffer:
         # compute block by block into one, then copy (kernels are pure: this only costs time).
+        where = mask_before_write(where, outs)
         buffer = np.empty(min(BLOCK_ELEMENTS, given.size), dtype)
         for index in _blocks(shape, BLOCK_ELEMENTS):
             target = given[index]
@@ -439,6 +470,10 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
     return execute
 
 
+def _c_contiguous(a: Arg) -> bool:
+    return a.cls is np.ndarray and is_contiguous(a.shape, a.strides, a.dtype.itemsize)
+
+
 def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     ufunc = compiled.numba_object(serial=not threaded)
     dtype, loop_shape = plan.loop.dtype, plan.loop_shape
@@ -446,14 +481,19 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     cores = plan.cores[nin:]
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
+    elementwise = _elementwise(plan)
+
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         if outs is not None:
-            inputs = read_before_write(list(inputs), outs)
+            inputs = read_before_write(list(inputs), outs, elementwise)
+            where = mask_before_write(where, outs)
         results = outs or tuple(np.empty(s, plan.result_dtype, order=plan.order) for s in plan.out_shapes)
         # Outputs are writable *inputs* of the Numba gufunc, so NumPy would cast a mismatched
-        # dtype into a temporary and the writes would be lost: such outputs, and masked ones, go
-        # through buffers, a block of rows at a time (as do inputs that need a cast).
-        if where is True and all(r.dtype == dtype for r in results):
+        # (or byte-swapped) dtype, or copy an unaligned array, into a temporary and the writes
+        # would be lost: such outputs (alignment is read per call: it is not in the call
+        # signature), and masked ones, go through buffers, a block of rows at a time (as do
+        # inputs that need a cast).
+        if where is True and all(r.dtype == dtype and r.flags.aligned for r in results):
             ufunc(*(np.asarray(a, dtype=dtype) for a in inputs), *results)
             return tuple(results)
         shapes = [loop_shape + np.shape(a)[np.ndim(a) - c:] if c else loop_shape
@@ -495,33 +535,3 @@ def _block_of(a: Any, shape: tuple[int, ...], index: tuple[Any, ...]) -> Any:
     if np.ndim(a) == 0:
         return a
     return np.broadcast_to(a, shape)[index]
-
-
-def _loop_writes_correctly(out: Arg, inputs: tuple[Arg, ...], loop: np.dtype) -> bool:
-    """Whether Numba's ufunc loop can write straight into ``out``.
-
-    Numba's ``@vectorize`` loop (0.68, ``build_ufunc_wrapper``) takes its contiguous fast path
-    when every *input* has a unit inner step and then writes the output contiguously too,
-    ignoring its step: a strided or reversed ``out`` (or an F-ordered one with C-ordered
-    inputs) gets wrong values and writes past its end. A C-contiguous ``out`` of NumPy's own
-    class is iterated with a unit inner step, and one strided exactly like every input (all of
-    the loop's dtype, so NumPy does not buffer them into contiguous copies) gets the same steps
-    as they do; any other ``out`` is computed into a fresh array and copied.
-    """
-    if out.cls is not np.ndarray:
-        return False
-    if is_contiguous(out.shape, out.strides, out.dtype.itemsize):
-        return True
-    if out.dtype != loop:  # NumPy buffers it, and the loop writes the buffer as contiguous
-        return False
-    steps = [s // out.dtype.itemsize for s in out.strides]
-    for a in inputs:
-        if not a.is_array or a.dtype != loop:
-            return False
-        padded = (1,) * (len(out.shape) - len(a.shape)) + a.shape
-        strides = (0,) * (len(out.shape) - len(a.shape)) + a.strides
-        mine = [0 if n == 1 and m != 1 else s // a.dtype.itemsize
-                for n, m, s in zip(padded, out.shape, strides)]
-        if mine != steps:
-            return False
-    return True
