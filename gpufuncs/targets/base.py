@@ -4,6 +4,25 @@ Dispatch validates a call once per *call signature* (argument types, dtypes, sha
 keywords, target) into a :class:`Plan`, and asks the chosen target to :meth:`Target.prepare` an
 executor for it. A repeated call with the same signature runs that executor directly, so
 everything an executor can decide from the plan it decides in ``prepare``, not per call.
+
+**The rule: an executor relies only on facts that are part of its call signature.** The key is
+each argument's type, dtype (byte order included), shape and strides, the keywords and the
+target. Everything else a fast path needs is checked on every call, cheaply, or the call takes
+the general path. Facts that the key does *not* hold, and where each is handled:
+
+* alignment (``np.frombuffer(..., offset=1)``, record fields): the cpu flat loops take every
+  array as unaligned (valid at any address); the Numba ufunc path writes only C-contiguous
+  arrays (NumPy buffers an unaligned one contiguously); the Numba gufunc path reads
+  ``flags.aligned`` of its outputs per call;
+* whether an input was replaced by a copy at run time (:func:`read_before_write`), so that its
+  strides are no longer the keyed ones: no decision is taken from an input's strides about how
+  an output may be written;
+* whether NumPy buffers an operand, so that Numba's inner loop sees unit steps that the caller's
+  ``out=`` does not have: Numba's ufunc loop is only ever given C-contiguous outputs;
+* whether a stride is a whole multiple of the itemsize: strides are never divided by it;
+* whether an input is the very memory of an output: safe to read in place only elementwise
+  (``same_is_safe``), copied for operands with core dimensions, as NumPy does; a ``where=`` mask
+  that shares memory with an output is read from a copy (:func:`mask_before_write`).
 """
 
 from __future__ import annotations
