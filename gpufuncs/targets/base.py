@@ -137,10 +137,11 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
-def read_before_write(inputs: Any, outs: tuple[Any, ...]) -> Any:
-    """``inputs`` with each host array that shares memory with an output, other than that
-    output element for element, replaced by a copy: NumPy's result is that of a call that reads
-    every input before writing anything, and loops (and chunks) write as they go."""
+def read_before_write(inputs: Any, outs: tuple[Any, ...], same_is_safe: bool = True) -> Any:
+    """``inputs`` with each host array that shares memory with an output replaced by a copy:
+    NumPy's result is that of a call that reads every input before writing anything, and loops
+    (and chunks) write as they go. ``same_is_safe``: an input whose elements are exactly an
+    output's is left alone (each element is read before it is written: elementwise loops)."""
     copied = None
     for i, a in enumerate(inputs):
         if type(a) is np.ndarray:
@@ -148,7 +149,7 @@ def read_before_write(inputs: Any, outs: tuple[Any, ...]) -> Any:
                 # Two distinct arrays that own their memory cannot overlap (cheap, and common).
                 if a is o or (a.base is None and o.base is None):
                     continue
-                if _may_share_memory(a, o) and not _same_elements(a, o):
+                if _may_share_memory(a, o) and not (same_is_safe and _same_elements(a, o)):
                     copied = copied or list(inputs)
                     copied[i] = a.copy()
                     break

@@ -275,8 +275,11 @@ class LaunchPlan:
         empty = bool(outputs) and all(0 in op.shape for op in outputs)
         self.n = 0 if empty else math.prod(loop_shape)
         every = [*inputs, *outputs, *([where] if where is not None else [])]
-        shape, strides = _indexing(every, loop_shape) if self.n else ((), [()] * len(every))
         spec = kernels.spec
+        try:
+            shape, strides = _indexing(every, loop_shape) if self.n else ((), [()] * len(every))
+        except ValueError as exc:  # a layout the kernels cannot index: say which kernel
+            raise ValueError(f"{spec.name}: {exc}") from None
         as_array = spec.array_args if spec.layout is not None else ()
         params = []
         for index, (op, s) in enumerate(zip(every, strides)):
