@@ -157,6 +157,10 @@ def test_gufunc_in_place_with_a_core_dimension(reverse):
         device = cuda.to_device(x)
         reverse(device, out=device)
         np.testing.assert_array_equal(device.copy_to_host(), expected)
+        record = cuda.to_device(np.zeros((2, 3), [("a", "f8"), ("i", "i4")]).view(np.uint8))
+        field = _device_view(record, (0, (2, 3), (36, 12), np.dtype(np.float64)))  # core stride 12
+        with pytest.raises(ValueError, match=r"reverse_rows: a device array with strides \(36, 12\)"):
+            reverse(field, out=device)
         shifted = cuda.to_device(np.arange(9.0).reshape(3, 3))  # rows 0-1 into rows 1-2
         reverse(shifted[:2], out=shifted[1:])
         np.testing.assert_array_equal(shifted.copy_to_host(), [[0, 1, 2], [2, 1, 0], [5, 4, 3]])

@@ -244,6 +244,10 @@ def _indexing(operands: list[Layout],
     """The (collapsed) loop shape and each operand's element strides; ``()`` everywhere on the
     flat path, where element ``i`` of every array is at offset ``i``."""
     flat = ((), [()] * len(operands))
+    for op in operands:  # core dimensions too: Numba's arrays would load misaligned elements
+        if op.array and any(n > 1 and s % op.dtype.itemsize for n, s in zip(op.shape, op.strides)):
+            raise ValueError(f"a device array with strides {op.strides} that are not multiples of "
+                             f"its itemsize {op.dtype.itemsize} is not supported")
     cores = any(op.core for op in operands)
     if not cores and all(not op.array or (op.shape == loop_shape and
                                           op.strides == c_strides(loop_shape, op.dtype.itemsize))
