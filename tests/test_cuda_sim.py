@@ -25,7 +25,8 @@ if not SIMULATED:
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-             os.path.join(os.path.dirname(__file__), "test_multigpu.py")],
+             *(os.path.join(os.path.dirname(__file__), name)
+               for name in ("test_multigpu.py", "test_cuda_views.py"))],
             env=env, capture_output=True, text=True, timeout=300,
         )
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

@@ -98,6 +98,9 @@ class CudaTarget(Target):
     name = "cuda"
     options = ("stream", "device")
 
+    def __init__(self) -> None:
+        self._host_resources: Any = None  # host.Resources, made on the first host-array call
+
     def unavailable_reason(self) -> str | None:
         return _unavailable_reason()
 
@@ -121,7 +124,9 @@ class CudaTarget(Target):
         devices = call_devices(spec, plan, device_count())
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         if not any(a.role == DEVICE for a in arrays):
-            return host.prepare(spec, compiled, plan, devices)
+            if self._host_resources is None:
+                self._host_resources = host.Resources()
+            return host.prepare(spec, compiled, plan, devices, self._host_resources)
         # A call signature may first be seen in a thread that never used CUDA (a Dask worker
         # thread): loading kernels and allocating need the context current there too.
         with get_runtime(devices[0]).current():

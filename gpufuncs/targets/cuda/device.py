@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -107,7 +108,9 @@ def _input(arg: Arg, core: int, loop: np.dtype, runtime: Any) -> _Operand:
                         get=_scalar_getter(arg, loop, runtime.simulated))
     if arg.role != HOST:  # a scalar given for a core operand: a one-element array
         return _Operand(_host_reader(loop, runtime), Layout.contiguous(arg.shape, loop, core=core))
-    dtype = loop if core else None  # core operands are used in place: the loop's dtype
+    # Core operands are used in place: the loop's dtype. Others keep theirs (fewer bytes to
+    # move), in native byte order: kernels load native values.
+    dtype = loop if core else None if arg.dtype.isnative else arg.dtype.newbyteorder("=")
     return _Operand(_host_reader(dtype, runtime), Layout.contiguous(arg.shape, dtype or arg.dtype, core=core))
 
 
@@ -146,81 +149,115 @@ class _Staging:
         self.after = None if is_input else cast_plan(self.buffer, given, device)
 
 
-def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> Executor:
-    """The executor of a call signature with at least one device array, all on ``device``
-    (called with that device's context current)."""
-    runtime = get_runtime(device)
-    loop = plan.loop.dtype
-    nin = spec.nin
-    operands = [_input(a, c, loop, runtime) for a, c in zip(plan.inputs, plan.cores)]
-    like = next((op.kind for op in operands if op.kind is not None), None)
-    out_cores = plan.cores[nin:]
+# -- the decisions of a call signature, step by step ----------------------------------------------
+def _refuse_byte_swapped(spec: KernelSpec, plan: Plan) -> None:
+    """Kernels load native values: a byte-swapped device array (a dtype, so part of the key)
+    is refused here, once, rather than read as garbage on every call."""
+    for name, arg in _named(spec, plan):
+        if arg.role == DEVICE and not arg.dtype.isnative:
+            raise TypeError(f"{spec.name}: {name} is a device array of byte-swapped dtype "
+                            f"{arg.dtype.str!r}, which CUDA kernels cannot load; pass it in native "
+                            f"byte order ({arg.dtype.newbyteorder('=').str!r})")
 
-    allocators: list[tuple[arrays.Allocate, arrays.Wrap | None]] = []
-    host_allocators: dict[int, arrays.Allocate] = {}  # by output index
+
+def _named(spec: KernelSpec, plan: Plan) -> list[tuple[str, Arg]]:
+    """Every argument of ``plan`` with the name errors give it, in launch order."""
+    outs = (f"out[{k}]" if spec.nout > 1 else "out" for k in range(spec.nout))
+    named = list(zip(spec.input_names, plan.inputs))
+    named += list(zip(outs, plan.outs or ()))
+    return named + ([("where", plan.where)] if plan.where is not None and plan.outs is not None else [])
+
+
+def _outputs(spec: KernelSpec, plan: Plan, inputs: list[_Operand], runtime: Any) -> tuple[
+        list[_Operand], tuple[tuple[arrays.Allocate, arrays.Wrap | None], ...],
+        tuple[tuple[int, arrays.Allocate, np.dtype], ...]]:
+    """The output operands; the allocators of new outputs (no ``out=``), made by the first
+    device input's library; and, per host ``out=`` array, a device buffer computed into and
+    copied back (``(output index, allocate, native dtype)``)."""
+    out_cores = plan.cores[spec.nin:]
+    operands: list[_Operand] = []
     if plan.outs is None:
-        first_layout = next((op.layout for op in operands if op.kind is not None), None)
+        like = next((op.kind for op in inputs if op.kind is not None), None)
+        first_layout = next((op.layout for op in inputs if op.kind is not None), None)
+        allocators = []
         for shape, core in zip(plan.out_shapes, out_cores):
             axes = _output_axes(spec, plan, shape)
             layout = Layout.contiguous(shape, plan.result_dtype, axes, core)
             allocators.append(arrays.allocator(like, shape, plan.result_dtype, axes,
-                                               like_layout=layout == first_layout, device=device))
+                                               like_layout=layout == first_layout, device=runtime.ordinal))
             operands.append(_Operand(_taken, layout))
-    else:
-        for k, (o, core) in enumerate(zip(plan.outs, out_cores)):
-            if o.role == DEVICE:
-                operands.append(_device(o, core))
-                like = like or operands[-1].kind
-            else:  # a host out= with device inputs: computed on the device, copied back
-                host_allocators[k] = arrays.buffer_allocator(math.prod(o.shape) * o.dtype.itemsize, runtime)
-                operands.append(_Operand(_taken, Layout.contiguous(o.shape, o.dtype, core=core)))
+        return operands, tuple(allocators), ()
+    host_outs = []
+    for k, (o, core) in enumerate(zip(plan.outs, out_cores)):
+        if o.role == DEVICE:
+            operands.append(_device(o, core))
+            continue
+        dtype = o.dtype.newbyteorder("=")  # the kernel writes native values; copyto swaps them
+        host_outs.append((k, arrays.buffer_allocator(math.prod(o.shape) * dtype.itemsize, runtime), dtype))
+        operands.append(_Operand(_taken, Layout.contiguous(o.shape, dtype, core=core)))
+    return operands, (), tuple(host_outs)
 
-    mask = plan.where if plan.outs is not None else None  # masked-out new outputs are undefined
-    where_mode = None
-    if mask is not None:
-        if mask.role == DEVICE:
-            where_mode = "device"
-            operands.append(_device(mask, 0))
-        elif int(np.prod(mask.shape)) == 1:
-            where_mode = "scalar"  # True: no mask at all; False: nothing to write
-            mask = None
-        else:
-            where_mode = "host"
-            operands.append(_Operand(_host_reader(None, runtime), Layout.contiguous(mask.shape, mask.dtype)))
 
-    staging = [_Staging(i, op.layout, loop, i < nin, mask is not None, device)
-               for i, op in enumerate(operands[: nin + spec.nout])
-               if op.layout.core and op.layout.array and op.layout.dtype != loop]
-    if plan.result_dtype == HALF and mask is None and plan.outs is not None:
-        # The float16 loop rounds its results to float16, also on their way into a wider out=.
-        staging += [_Staging(nin + k, op.layout, HALF, False, False, device)
-                    for k, op in enumerate(operands[nin: nin + spec.nout])
-                    if op.layout.array and op.layout.dtype != HALF
-                    and all(stage.index != nin + k for stage in staging)]
-    layouts = [op.layout for op in operands]
-    for stage in staging:
-        layouts[stage.index] = stage.buffer
-    nout = spec.nout
-    main = LaunchPlan(kernels, loop, layouts[:nin], layouts[nin:nin + nout],
-                      layouts[nin + nout] if mask is not None else None, plan.loop_shape, device)
+def _mask(plan: Plan, runtime: Any) -> tuple[_Operand | None, bool]:
+    """The ``where=`` operand read per call (``None``: none), and whether ``where`` is one
+    value (True: no mask at all; False: nothing to write), checked on every call. Masked-out
+    elements of new outputs are undefined, so they get no mask."""
+    mask = plan.where if plan.outs is not None else None
+    if mask is None:
+        return None, False
+    if mask.role == DEVICE:
+        return _device(mask, 0), False
+    if int(np.prod(mask.shape)) == 1:
+        return None, True
+    return _Operand(_host_reader(None, runtime), Layout.contiguous(mask.shape, mask.dtype)), False
 
-    reads = [op.read for op in operands]
-    kinds = [op.kind for op in operands]
-    first = next((i for i, k in enumerate(kinds) if k is not None), None)
-    producers = [(i, arrays.producer_stream(k, device)) for i, k in enumerate(kinds) if k is not None]
-    # Without stream=, the call runs on the first array's stream; CuPy and torch arrays all
-    # report their library's current stream, so only other kinds can need a wait.
-    same = (arrays.CUPY, arrays.TORCH)
-    others = [(i, p) for i, p in producers[1:] if not (kinds[i] == kinds[first] and kinds[i] in same)]
-    pairs = _overlap_pairs([op.layout for op in operands], nin, nout)  # as given, not staged
 
-    def launch_stream(objs: list[Any], stream: Any) -> int:
+def _stagings(spec: KernelSpec, plan: Plan, layouts: list[Layout], masked: bool,
+              device: int) -> tuple[_Staging, ...]:
+    """Core operands of another dtype than the loop's, computed through loop-dtype buffers;
+    and float16 results, rounded to float16 on their way into a wider ``out=``."""
+    nin, loop = spec.nin, plan.loop.dtype
+    staging = [_Staging(i, lay, loop, i < nin, masked, device)
+               for i, lay in enumerate(layouts[: nin + spec.nout])
+               if lay.core and lay.array and lay.dtype != loop]
+    if plan.result_dtype == HALF and not masked and plan.outs is not None:
+        staging += [_Staging(nin + k, lay, HALF, False, False, device)
+                    for k, lay in enumerate(layouts[nin: nin + spec.nout])
+                    if lay.array and lay.dtype != HALF and all(s.index != nin + k for s in staging)]
+    return tuple(staging)
+
+
+@dataclass(frozen=True)
+class _Streams:
+    """The stream a call launches on: ``stream=``, else the first device array's library's
+    (its current stream); the other operands' streams it must wait for, read per call."""
+
+    runtime: Any
+    first: int | None  # value index of the first device array
+    producers: tuple[tuple[int, Callable[[Any], int | None]], ...]
+    others: tuple[tuple[int, Callable[[Any], int | None]], ...]  # those that may differ from first's
+
+    @staticmethod
+    def of(operands: list[_Operand], runtime: Any) -> _Streams:
+        kinds = [op.kind for op in operands]
+        first = next((i for i, k in enumerate(kinds) if k is not None), None)
+        producers = tuple((i, arrays.producer_stream(k, runtime.ordinal)) for i, k in enumerate(kinds)
+                          if k is not None)
+        # CuPy and torch arrays all report their library's current stream: only other kinds
+        # can need a wait.
+        same = (arrays.CUPY, arrays.TORCH)
+        others = tuple((i, p) for i, p in producers[1:]
+                       if not (kinds[i] == kinds[first] and kinds[i] in same))
+        return _Streams(runtime, first, producers, others)
+
+    def handle(self, objs: list[Any], stream: Any) -> int:
         """The stream to launch on, after making it wait for the other operands' streams."""
         if stream is not None:
-            handle, check = arrays.stream_handle(stream), producers
+            handle, check = arrays.stream_handle(stream), self.producers
         else:
-            handle, check = (producers[0][1](objs[first]) or 0), others
+            handle, check = (self.producers[0][1](objs[self.first]) or 0), self.others
         waited = []
+        runtime = self.runtime
         for i, producer in check:
             other = producer(objs[i])
             if other is None or other == handle:  # (most calls: one stream for every operand)
@@ -230,56 +267,135 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> 
                 waited.append(other)
         return handle
 
-    read_each_call = [op for op in operands if op.read is not _taken]
-    plain = not staging and not host_allocators and where_mode != "scalar"
-    if plain and all(op.get for op in read_each_call):
-        return runtime.guarded(_fast_executor(main, operands, allocators, first, launch_stream, others,
-                                              pairs, runtime))
 
-    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+@dataclass(frozen=True)
+class _Decisions:
+    """Everything a call signature with device arrays decides once: its executor's data."""
+
+    name: str
+    names: tuple[str, ...]  # of the launch values, for errors
+    nin: int
+    operands: tuple[_Operand, ...]  # inputs, outputs, then the mask: the launch's values
+    allocators: tuple[tuple[arrays.Allocate, arrays.Wrap | None], ...]  # new outputs
+    host_outs: tuple[tuple[int, arrays.Allocate, np.dtype], ...]  # host out=, copied back
+    masked: bool  # a where= array is the last operand
+    constant_where: bool  # where= is one value, tested per call
+    staging: tuple[_Staging, ...]
+    main: LaunchPlan
+    streams: _Streams
+    pairs: tuple[_Overlap, ...]  # (read operand, output) pairs whose overlap each call checks
+    #: ``(value index, itemsize - 1)`` of each device array: a misaligned address (not in the
+    #: key) would stop the GPU's context with a sticky error, so each call checks it.
+    alignment: tuple[tuple[int, int], ...]
+    runtime: Any
+
+    @property
+    def fast(self) -> bool:
+        """Whether every operand is read by one getter and nothing else is decided per call."""
+        return (not self.staging and not self.host_outs and not self.constant_where
+                and all(op.get is not None for op in self.operands if op.read is not _taken))
+
+
+def _decide(spec: KernelSpec, kernels: CudaKernels, plan: Plan, runtime: Any) -> _Decisions:
+    loop, nin, nout, device = plan.loop.dtype, spec.nin, spec.nout, runtime.ordinal
+    operands = [_input(a, c, loop, runtime) for a, c in zip(plan.inputs, plan.cores)]
+    outputs, allocators, host_outs = _outputs(spec, plan, operands, runtime)
+    mask, constant_where = _mask(plan, runtime)
+    operands += outputs + ([mask] if mask is not None else [])
+    given = [op.layout for op in operands]
+    staging = _stagings(spec, plan, given, mask is not None, device)
+    layouts = list(given)
+    for stage in staging:
+        layouts[stage.index] = stage.buffer
+    main = LaunchPlan(kernels, loop, layouts[:nin], layouts[nin:nin + nout],
+                      layouts[nin + nout] if mask is not None else None, plan.loop_shape, device)
+    alignment = tuple((i, op.layout.dtype.itemsize - 1) for i, op in enumerate(operands)
+                      if op.kind is not None and op.layout.dtype.itemsize > 1)
+    names = tuple(name for name, _ in _named(spec, plan)) if plan.outs is not None else spec.input_names
+    return _Decisions(spec.name, names, nin, tuple(operands), allocators, host_outs, mask is not None,
+                      constant_where, staging, main, _Streams.of(operands, runtime),
+                      _overlap_pairs(given, nin, nout), alignment, runtime)  # overlap: as given
+
+
+def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> Executor:
+    """The executor of a call signature with at least one device array, all on ``device``
+    (called with that device's context current)."""
+    _refuse_byte_swapped(spec, plan)
+    decisions = _decide(spec, kernels, plan, get_runtime(device))
+    execute = _fast_executor(decisions) if decisions.fast else _Executor(decisions)
+    return decisions.runtime.guarded(execute)
+
+
+def _misaligned(decisions: _Decisions, index: int, address: int) -> ValueError:
+    itemsize = decisions.operands[index].layout.dtype.itemsize
+    return ValueError(f"{decisions.name}: {decisions.names[index]} is a device array at address "
+                      f"{address:#x}, not a multiple of its itemsize {itemsize} (a misaligned view), "
+                      "which CUDA kernels cannot load; pass an aligned copy")
+
+
+class _Executor:
+    """The executor of call signatures that read some operand with the stream, copy host
+    arrays, stage core operands or test a one-value ``where`` per call."""
+
+    def __init__(self, decisions: _Decisions) -> None:
+        self.d = decisions
+
+    def __call__(self, inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        d = self.d
+        nin, runtime = d.nin, d.runtime
         runtime.bind_thread()
-        if where_mode == "scalar" and not np.asarray(where).reshape(())[()]:
+        if d.constant_where and not np.asarray(where).reshape(())[()]:
             return tuple(outs)
-        objs = [*inputs, *(outs or ()), *((where,) if mask is not None else ())]
-        handle = launch_stream(objs, stream) if producers or stream is not None else 0
+        objs = [*inputs, *(outs or ()), *((where,) if d.masked else ())]
+        handle = d.streams.handle(objs, stream) if d.streams.producers or stream is not None else 0
         keep: list[Any] = []
+        reads = [op.read for op in d.operands]
         values = [read(obj, handle, keep) for read, obj in zip(reads[:nin], objs)]
         if outs is None:
-            like = inputs[first] if first is not None else None
+            like = inputs[d.streams.first] if d.streams.first is not None else None
             # stream is None: the handle is the first input's library's own stream
-            new = _allocate(allocators, like, handle, stream is None, values)
+            new = _allocate(d.allocators, like, handle, stream is None, values)
         else:
+            host = {k: allocate for k, allocate, _ in d.host_outs}
             for k, obj in enumerate(outs):
-                if k in host_allocators:
-                    temp, address = host_allocators[k](None, handle, False)
+                if k in host:
+                    temp, address = host[k](None, handle, False)
                     keep.append(temp)
                     values.append(address)
                 else:
                     values.append(reads[nin + k](obj, handle, keep))
-            if mask is not None:
+            if d.masked:
                 values.append(reads[-1](where, handle, keep))
-            if pairs:
-                keep += _read_before_write(values, pairs, handle, runtime)
-        _launch(main, staging, values, handle, keep)
+        for i, misaligned in d.alignment:
+            if values[i] & misaligned:
+                raise _misaligned(d, i, values[i])
+        if outs is not None and d.pairs:
+            keep += _read_before_write(values, d.pairs, handle, runtime)
+        _launch(d.main, d.staging, values, handle, keep)
         if outs is None:  # (staging may have replaced their addresses in ``values``)
-            return _wrapped(allocators, new)
-        for k in host_allocators:
-            _copy_back(runtime, values[nin + k], outs[k], handle)
+            return _wrapped(d.allocators, new)
+        for k, _, dtype in d.host_outs:
+            _copy_back(runtime, values[nin + k], outs[k], dtype, handle)
         return tuple(outs)
 
-    return runtime.guarded(execute)
 
-
-def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[tuple[Any, Any]],
-                   first: int | None, launch_stream: Callable, others: list,
-                   pairs: tuple[_Overlap, ...], runtime: Any) -> Executor:
+def _fast_executor(d: _Decisions) -> Executor:
     """The executor of calls whose operands are all device arrays and scalars: each is read
-    with one attribute access or cast, and nothing else is decided per call."""
+    with one attribute access or cast, and nothing else is decided per call.
+
+    Per call it checks what the key does not hold: each device address's alignment (one ``&``
+    per array) and, with ``out=``, whether an input overlaps an output (two comparisons per
+    pair, inline for one pair), where a copy of the input is read instead."""
     # Values taken as they are (scalars of the parameter's type) need no call: only the others
     # are read, in place in a copy of the operands (allocated outputs are never read).
-    reads = [(i, op.get) for i, op in enumerate(operands) if op.get is not None and op.get is not _same]
-    stream_of = arrays.producer_stream(operands[first].kind, runtime.ordinal) if first is not None else None
-    bound, bind, launch = runtime.bound, runtime.bind_thread, main.launch
+    aligned = dict(d.alignment)
+    reads = [(i, op.get, aligned.get(i, 0)) for i, op in enumerate(d.operands)
+             if op.get is not None and op.get is not _same]
+    first, others, launch_stream = d.streams.first, d.streams.others, d.streams.handle
+    stream_of = d.streams.producers[0][1] if first is not None else None
+    runtime, pairs = d.runtime, d.pairs
+    bound, bind, launch = runtime.bound, runtime.bind_thread, d.main.launch
+    allocators = d.allocators
     # One new output (every elementwise kernel) without the lists of _allocate and _wrapped's
     # generator: half a microsecond of a call of about ten.
     single_allocate, single_wrap = allocators[0] if len(allocators) == 1 else (None, None)
@@ -294,8 +410,10 @@ def _fast_executor(main: LaunchPlan, operands: list[_Operand], allocators: list[
         else:
             handle = launch_stream(objs, stream)
         values = list(objs)
-        for i, get in reads:
-            values[i] = get(values[i])
+        for i, get, misaligned in reads:
+            value = values[i] = get(values[i])
+            if misaligned and value & misaligned:
+                raise _misaligned(d, i, value)
         if outs is None:
             like = inputs[first] if first is not None else None
             if single_allocate is not None:
@@ -342,7 +460,8 @@ def _taken(obj: Any, handle: int, keep: list) -> Any:
 
 
 #: An input (or the mask) and an output that may share memory: their value indices, the byte
-#: spans ``[lo, hi)`` from their addresses, and whether their layouts are the same.
+#: spans ``[lo, hi)`` from their addresses, and whether, at one address, the input may be read
+#: in place (the same layout, elementwise operands).
 _Overlap = tuple[int, int, int, int, int, int, bool]
 
 
@@ -352,13 +471,19 @@ def _overlap_pairs(layouts: list[Layout], nin: int, nout: int) -> tuple[_Overlap
              for lay in layouts]
     outs = [k for k in range(nin, nin + nout) if spans[k][0] < spans[k][1]]
     reads = [i for i in (*range(nin), *range(nin + nout, len(layouts))) if spans[i][0] < spans[i][1]]
-    return tuple((i, k, *spans[i], *spans[k], layouts[i] == layouts[k]) for i in reads for k in outs)
+    # Skipping the copy of an input that is its output element for element is safe only where
+    # both are elementwise operands (no core dimensions): a core operand's element is read by
+    # the thread of its loop index after others of its core elements are written, as NumPy's
+    # iterator assumes (NPY_ITER_OVERLAP_ASSUME_ELEMENTWISE for operands without core dims).
+    return tuple((i, k, *spans[i], *spans[k], layouts[i] == layouts[k] and not layouts[i].core)
+                 for i in reads for k in outs)
 
 
 def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: int,
                        runtime: Any) -> list[Any]:
     """Inputs (and the mask) that share memory with an output read from a copy of their bytes,
-    unless they are that output element for element (``out=x`` on ``x``): threads run in no
+    unless they are that output element for element in an elementwise pair (``out=x`` on
+    ``x``, see :func:`_overlap_pairs`): threads run in no
     fixed order, and NumPy's result is that of a call that reads before it writes. Returns the
     copies, which must stay alive until the launch."""
     keep = []
@@ -387,8 +512,9 @@ def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle
         plan.launch([address, target], handle)
 
 
-def _copy_back(runtime: Any, address: int, host: np.ndarray, handle: int) -> None:
-    values = np.empty(host.shape, host.dtype)
+def _copy_back(runtime: Any, address: int, host: np.ndarray, dtype: np.dtype, handle: int) -> None:
+    """Copy a host ``out=``'s device buffer (of ``dtype``: native order) into it."""
+    values = np.empty(host.shape, dtype)
     stream = runtime.stream(handle)
     runtime.copy(values.ctypes.data, address, values.nbytes, stream)
     stream.sync()

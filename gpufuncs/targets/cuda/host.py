@@ -27,19 +27,19 @@ ordinary NumPy array; its memory goes back to the pool when the array and all it
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...spec import KernelSpec
-from ..base import Executor, Plan, read_before_write
+from ..base import Arg, Executor, Plan, c_strides, is_contiguous, read_before_write
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
@@ -60,22 +60,18 @@ _THREADS = max(1, min(16, os.cpu_count() or 1))
 PINNED_RESULTS_BYTES = min(8 << 30, (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) // 8
                            if hasattr(os, "sysconf") else 1 << 30)
 
-_pool: ThreadPoolExecutor | None = None
-
-
-def _copy(dst: np.ndarray, src: np.ndarray, where: Any = True) -> None:
-    """``np.copyto`` split along the first axis over threads for large arrays."""
-    global _pool
+def _copy(dst: np.ndarray, src: np.ndarray, where: Any = True,
+          threads: Callable[[], ThreadPoolExecutor] | None = None) -> None:
+    """``np.copyto`` split along the first axis over ``threads()`` for large arrays."""
     rows = dst.shape[0] if dst.ndim else 1
-    if dst.nbytes < _PARALLEL_COPY_BYTES or rows < 2 * _THREADS:
+    if threads is None or dst.nbytes < _PARALLEL_COPY_BYTES or rows < 2 * _THREADS:
         np.copyto(dst, src, casting="unsafe", where=where)
         return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="gpufuncs-copy")
+    pool = threads()
     bounds = np.linspace(0, rows, _THREADS + 1).astype(int)
     where = np.broadcast_to(where, dst.shape) if where is not True else None
-    jobs = [_pool.submit(np.copyto, dst[a:b], src[a:b], casting="unsafe",
-                         where=True if where is None else where[a:b])
+    jobs = [pool.submit(np.copyto, dst[a:b], src[a:b], casting="unsafe",
+                        where=True if where is None else where[a:b])
             for a, b in itertools.pairwise(bounds)]
     for job in jobs:
         job.result()
@@ -122,15 +118,40 @@ class _Lanes:
                     self._free.append(lane)
 
 
-@functools.cache
-def _lanes(device: int) -> _Lanes:
-    return _Lanes(device)
+class Resources:
+    """What the host pipeline keeps between calls, owned by the cuda target: each GPU's lanes,
+    the threads that run one pipeline per GPU, and the threads that split large copies. All
+    are made on first need."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lanes: dict[int, _Lanes] = {}
+        self._device_threads: dict[int, ThreadPoolExecutor] = {}
+        self._copy_threads: ThreadPoolExecutor | None = None
 
-@functools.cache
-def _device_threads(count: int) -> ThreadPoolExecutor:
-    """The threads that run the pipelines of a call on ``count`` GPUs."""
-    return ThreadPoolExecutor(count, thread_name_prefix="gpufuncs-device")
+    def lanes(self, device: int) -> _Lanes:
+        """The lanes of GPU ``device``."""
+        with self._lock:
+            found = self._lanes.get(device)
+            if found is None:
+                found = self._lanes[device] = _Lanes(device)
+            return found
+
+    def device_threads(self, count: int) -> ThreadPoolExecutor:
+        """The threads that run the pipelines of a call on ``count`` GPUs."""
+        with self._lock:
+            found = self._device_threads.get(count)
+            if found is None:
+                found = self._device_threads[count] = ThreadPoolExecutor(
+                    count, thread_name_prefix="gpufuncs-device")
+            return found
+
+    def copy_threads(self) -> ThreadPoolExecutor:
+        """The threads that split copies larger than :data:`_PARALLEL_COPY_BYTES`."""
+        with self._lock:
+            if self._copy_threads is None:
+                self._copy_threads = ThreadPoolExecutor(_THREADS, thread_name_prefix="gpufuncs-copy")
+            return self._copy_threads
 
 
 class _PinnedBlock:
@@ -211,37 +232,84 @@ class _Chunks:
         self._stopped = True
 
 
+@dataclass(frozen=True)
+class _Decisions:
+    """What a call signature on host arrays decides about its chunks, once, from its key
+    (dtypes, shapes, strides): the executor's data."""
+
+    cores: tuple[int, ...]  # core dimensions of the inputs, then the outputs
+    by_value: tuple[bool, ...]  # inputs passed to the kernel as scalars
+    #: Device-side dtype of each array input: the loop's for core operands (used in place),
+    #: else its own (fewer bytes to move) in native byte order (kernels load native values).
+    in_dtypes: tuple[np.dtype | None, ...]
+    #: Device-side dtype of each output: the result dtype (ufuncs), the loop's (gufuncs).
+    out_dtypes: tuple[np.dtype, ...]
+    #: Every operand's view over the loop is C-contiguous: chunks are slices of one flat
+    #: dimension. Decided from the keyed strides; an input replaced by a copy at run time
+    #: (overlap) is C-contiguous too, and the general indexing serves any strides.
+    flat: bool
+    widest: int  # device bytes of the widest operand per loop element
+
+
+def _decide(spec: KernelSpec, plan: Plan) -> _Decisions:
+    loop, nin = plan.loop.dtype, spec.nin
+    cores = (tuple(len(d) for d in (*spec.layout.inputs, *spec.layout.outputs))
+             if spec.layout else (0,) * (nin + spec.nout))
+    by_value = tuple(not c and (not a.is_array or math.prod(a.shape) == 1)
+                     for a, c in zip(plan.inputs, cores))
+    in_dtypes = tuple(None if v else loop if c else a.dtype.newbyteorder("=")
+                      for a, v, c in zip(plan.inputs, by_value, cores))
+    out_dtypes = tuple(plan.result_dtype if spec.layout is None else loop for _ in plan.out_shapes)
+    views = [(loop_view(plan.loop_shape, a, c), a.dtype.itemsize)
+             for a, v, c in zip(plan.inputs, by_value, cores) if not v]
+    if plan.outs is not None:
+        views += [((o.shape, o.strides), o.dtype.itemsize) for o in plan.outs]
+        if plan.where is not None:
+            views.append((loop_view(plan.loop_shape, plan.where, 0), plan.where.dtype.itemsize))
+    elif plan.order == "F":  # new results: C order, or F (unpinned, see _new_results)
+        item = plan.result_dtype.itemsize
+        views += [((s, c_strides(s[::-1], item)[::-1]), item) for s in plan.out_shapes]
+    flat = all(is_contiguous(shape, strides, item) for (shape, strides), item in views)
+    widest = max([d.itemsize * math.prod(a.shape[len(a.shape) - c:]) if c else d.itemsize
+                  for a, d, c in zip(plan.inputs, in_dtypes, cores) if d is not None]
+                 + [d.itemsize * math.prod(s[len(s) - c:]) if c else d.itemsize
+                    for s, d, c in zip(plan.out_shapes, out_dtypes, cores[nin:])])
+    return _Decisions(cores, by_value, in_dtypes, out_dtypes, flat, widest)
+
+
+def loop_view(loop_shape: tuple[int, ...], arg: Arg, core: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shape and byte strides of ``arg`` broadcast over ``loop_shape`` (its core dimensions
+    kept), as ``np.broadcast_to`` makes them."""
+    shape = loop_shape + _core_shape(arg.shape, core)
+    given = tuple(0 if n == 1 else s for n, s in zip(arg.shape, arg.strides))
+    return shape, (0,) * (len(shape) - len(given)) + given
+
+
 class _Pipeline:
     """The state of one chunked call: host views, slots, and the chunk each slot holds."""
 
-    def __init__(self, spec: KernelSpec, launches: _Launches, plan: Plan, inputs: list[Any],
-                 results: tuple[np.ndarray, ...], where: Any, direct: list[bool]) -> None:
-        self.spec, self.launches, self.plan = spec, launches, plan
-        loop = plan.loop.dtype
-        self.cores = ([len(d) for d in (*spec.layout.inputs, *spec.layout.outputs)]
-                      if spec.layout else [0] * (spec.nin + spec.nout))
-        loop_shape = plan.loop_shape or (1,)
+    def __init__(self, decisions: _Decisions, launches: _Launches, plan: Plan, inputs: list[Any],
+                 results: tuple[np.ndarray, ...], where: Any, direct: list[bool],
+                 resources: Resources) -> None:
+        d = decisions
+        self.launches, self.plan, self.resources = launches, plan, resources
+        self.nin, self.cores = len(inputs), d.cores
+        self.in_dtypes, self.out_dtypes = d.in_dtypes, d.out_dtypes
+        cast = plan.loop.dtype.type
         lead = () if plan.loop_shape else (np.newaxis,)
-        self.scalars = [_by_value(a, loop, c) for a, c in zip(inputs, self.cores)]
-        self.views = [None if s is not None else
+        self.scalars = [None if not v else cast(a.reshape(())[()] if isinstance(a, np.ndarray) else a)
+                        for a, v in zip(inputs, d.by_value)]
+        self.views = [None if v else
                       np.broadcast_to(np.asarray(a), plan.loop_shape + _core_shape(np.shape(a), c))[lead]
-                      for a, s, c in zip(inputs, self.scalars, self.cores)]
+                      for a, v, c in zip(inputs, d.by_value, d.cores)]
         self.outs = [r[lead] for r in results]
         self.where = None if where is True else np.broadcast_to(np.asarray(where), plan.loop_shape)[lead]
-        self.loop_shape = loop_shape
-        flat = all(v is None or v.flags.c_contiguous for v in [*self.views, *self.outs]) and (
-            self.where is None or self.where.flags.c_contiguous)
-        if flat:
+        self.loop_shape = plan.loop_shape or (1,)
+        if d.flat:
             self._flatten()
         # Results in pinned memory take each chunk straight from the GPU (contiguous chunks).
-        self.direct = [d and flat for d in direct]
-        # Device-side dtypes: inputs as given (fewer bytes to move), ufunc outputs in the result
-        # dtype, gufunc outputs in the loop dtype (core operands are computed in place).
-        self.out_dtypes = [plan.result_dtype if spec.layout is None else loop for _ in self.outs]
-        widest = max([v.dtype.itemsize * _core_size(v, c) for v, c in zip(self.views, self.cores)
-                      if v is not None] + [d.itemsize * _core_size(o, c) for o, d, c in
-                                           zip(self.outs, self.out_dtypes, self.cores[spec.nin:])])
-        self.capacity = max(1, CHUNK_BYTES // max(1, widest))  # widest is 0 for n = 0 orders
+        self.direct = [x and d.flat for x in direct]
+        self.capacity = max(1, CHUNK_BYTES // max(1, d.widest))  # widest is 0 for n = 0 orders
 
     def _flatten(self) -> None:
         n = math.prod(self.loop_shape)
@@ -250,8 +318,13 @@ class _Pipeline:
         def flat(v: np.ndarray) -> np.ndarray:
             return v.reshape((n, *v.shape[nd:]))
 
+        def flat_view(v: np.ndarray) -> np.ndarray:
+            view = v.view()
+            view.shape = (n, *v.shape[nd:])  # raises where a copy would be needed
+            return view
+
         self.views = [None if v is None else flat(v) for v in self.views]
-        self.outs = [flat(o) for o in self.outs]
+        self.outs = [flat_view(o) for o in self.outs]
         self.where = None if self.where is None else self.where.reshape(n)
         self.loop_shape = (n,)
 
@@ -292,10 +365,10 @@ class _Pipeline:
                 layouts.append(Layout.scalar(loop))
                 continue
             part = view[index]
-            dtype = loop if self.cores[k] else part.dtype  # core operands are used in place
+            dtype = self.in_dtypes[k]
             nbytes = part.size * dtype.itemsize
             host = lane.staging(slot, k, nbytes)[:nbytes].view(dtype).reshape(part.shape)
-            _copy(host, part)
+            _copy(host, part, threads=self.resources.copy_threads)
             buffer = runtime.allocate(nbytes, stream)
             runtime.copy(address_of(buffer), host.ctypes.data, nbytes, stream)
             values.append(address_of(buffer))
@@ -304,7 +377,7 @@ class _Pipeline:
         outs = []
         for k, (out, dtype) in enumerate(zip(self.outs, self.out_dtypes)):
             part = out[index]
-            core = self.cores[self.spec.nin + k]
+            core = self.cores[self.nin + k]
             buffer = runtime.allocate(part.size * dtype.itemsize, stream)
             values.append(address_of(buffer))
             layouts.append(Layout.contiguous(part.shape, dtype, _order_major(part.shape, core), core))
@@ -335,7 +408,7 @@ class _Pipeline:
                 continue
             values = _logical_view(host, shape, core)
             mask = where if where is True else where[(..., *(np.newaxis,) * core)]
-            _copy(self.outs[k][index], values, mask)
+            _copy(self.outs[k][index], values, mask, self.resources.copy_threads)
 
 
 class _Launches:
@@ -361,10 +434,6 @@ def _core_shape(shape: tuple[int, ...], core: int) -> tuple[int, ...]:
     return tuple(shape[len(shape) - core:]) if core else ()
 
 
-def _core_size(view: np.ndarray, core: int) -> int:
-    return math.prod(view.shape[view.ndim - core:]) if core else 1
-
-
 def _order_major(shape: tuple[int, ...], core: int) -> tuple[int, ...]:
     """Logical axes from outermost to innermost in memory: core dimensions first."""
     loop = len(shape) - core
@@ -377,21 +446,13 @@ def _logical_view(host: np.ndarray, shape: tuple[int, ...], core: int) -> np.nda
     return stored.transpose(tuple(int(i) for i in np.argsort(axes)))
 
 
-def _by_value(value: Any, dtype: np.dtype, core: int) -> Any | None:
-    """A host scalar or one-element array as a scalar of ``dtype`` (``None``: an array operand).
-    Operands with ``core`` dimensions are arrays to the kernel body, whatever their size."""
-    if core:
-        return None
-    if isinstance(value, np.ndarray):
-        return dtype.type(value.reshape(())[()]) if value.size == 1 else None
-    return dtype.type(value)
-
-
-def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan,
-            devices: tuple[int, ...] | None) -> Executor:
+def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, devices: tuple[int, ...] | None,
+            resources: Resources) -> Executor:
     """The executor of a call signature on host arrays: results are host arrays, as on cpu.
-    ``devices``: the GPUs to split the work across (``None``: the caller's current GPU)."""
+    ``devices``: the GPUs to split the work across (``None``: the caller's current GPU);
+    ``resources``: the target's lanes and threads."""
     launches = _Launches(spec, kernels, plan.loop.dtype)
+    decisions = _decide(spec, plan)
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         on = devices if devices is not None else (current_device(),)
@@ -399,26 +460,29 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan,
             raise ValueError(f"{spec.name}: stream= belongs to one GPU; with device='all' the call "
                              "runs on streams of its own on every GPU (pass device=k with a stream "
                              "of GPU k instead)")
-        return run(spec, launches, plan, list(inputs), outs, where, stream, on)
+        return run(spec, decisions, launches, plan, list(inputs), outs, where, stream, on, resources)
 
     return execute
 
 
-def run(spec: KernelSpec, launches: _Launches, plan: Plan, inputs: list[Any],
+def run(spec: KernelSpec, decisions: _Decisions, launches: _Launches, plan: Plan, inputs: list[Any],
         outs: tuple[np.ndarray, ...] | None, where: Any, stream: Any,
-        devices: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        devices: tuple[int, ...], resources: Resources) -> tuple[np.ndarray, ...]:
     """Execute ``plan`` on host arrays through the GPUs ``devices``, in pipelined chunks."""
     if where is not True and outs is None:
         where = True  # like NumPy, masked positions of a new output are undefined
     if math.prod(plan.loop_shape) == 0:
         return outs or tuple(np.empty(s, plan.result_dtype, order=plan.order) for s in plan.out_shapes)
     if outs is not None:
-        inputs = read_before_write(inputs, outs)
-        where = read_before_write([where], outs)[0]
+        # An input that is an output element for element needs no copy, also for core
+        # operands: each chunk's inputs are on the GPU before any of its results is written
+        # back, and chunks are disjoint sets of loop indices.
+        inputs = read_before_write(inputs, outs, same_is_safe=True)
+        where = read_before_write([where], outs, same_is_safe=True)[0]
         results, direct = outs, [False] * len(outs)
     else:
         results, direct = _new_results(spec, plan, get_runtime(devices[0]))
-    pipeline = _Pipeline(spec, launches, plan, inputs, results, where, direct)
+    pipeline = _Pipeline(decisions, launches, plan, inputs, results, where, direct, resources)
     chunks = _Chunks(pipeline.loop_shape, pipeline.capacity)
     if len(devices) == 1:
         _run_on(pipeline, devices[0], chunks, stream)
@@ -429,7 +493,7 @@ def run(spec: KernelSpec, launches: _Launches, plan: Plan, inputs: list[Any],
 
 def _run_on(pipeline: _Pipeline, device: int, chunks: _Chunks, stream: Any) -> None:
     """``pipeline``'s chunks (or those left for this GPU) through a lane of ``device``."""
-    lanes = _lanes(device)
+    lanes = pipeline.resources.lanes(device)
     try:
         with lanes.runtime.current(), lanes.borrow() as lane:
             pipeline.run(lane, chunks, stream)
@@ -442,7 +506,7 @@ def _run_on_all(pipeline: _Pipeline, devices: tuple[int, ...], chunks: _Chunks) 
     """One pipeline per GPU, each in a thread of its own, sharing ``chunks``. On any failure
     (or Ctrl-C in the caller) no further chunk is handed out, and every thread is waited for
     before the first error is raised: nothing writes into the results after the call ends."""
-    threads = _device_threads(len(devices))
+    threads = pipeline.resources.device_threads(len(devices))
     jobs = [threads.submit(_run_on, pipeline, d, chunks, None) for d in devices]
     try:
         wait(jobs)

@@ -244,6 +244,10 @@ def _indexing(operands: list[Layout],
     """The (collapsed) loop shape and each operand's element strides; ``()`` everywhere on the
     flat path, where element ``i`` of every array is at offset ``i``."""
     flat = ((), [()] * len(operands))
+    for op in operands:  # core dimensions too: Numba's arrays would load misaligned elements
+        if op.array and any(n > 1 and s % op.dtype.itemsize for n, s in zip(op.shape, op.strides)):
+            raise ValueError(f"a device array with strides {op.strides} that are not multiples of "
+                             f"its itemsize {op.dtype.itemsize} is not supported")
     cores = any(op.core for op in operands)
     if not cores and all(not op.array or (op.shape == loop_shape and
                                           op.strides == c_strides(loop_shape, op.dtype.itemsize))
@@ -275,8 +279,11 @@ class LaunchPlan:
         empty = bool(outputs) and all(0 in op.shape for op in outputs)
         self.n = 0 if empty else math.prod(loop_shape)
         every = [*inputs, *outputs, *([where] if where is not None else [])]
-        shape, strides = _indexing(every, loop_shape) if self.n else ((), [()] * len(every))
         spec = kernels.spec
+        try:
+            shape, strides = _indexing(every, loop_shape) if self.n else ((), [()] * len(every))
+        except ValueError as exc:  # a layout the kernels cannot index: say which kernel
+            raise ValueError(f"{spec.name}: {exc}") from None
         as_array = spec.array_args if spec.layout is not None else ()
         params = []
         for index, (op, s) in enumerate(zip(every, strides)):
