@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numba
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -386,119 +385,6 @@ def test_auto_picks_cpu_below_the_threshold_and_parallel_above(restore_registry)
         assert list(large._compiled) == ["parallel"] and (r == 2).all()
     finally:
         gf.set_auto_parallel_min_size(None)
-
-
-def test_auto_measures_the_crossover_once_per_kernel_and_dtype(restore_registry, monkeypatch):
-    from gpufuncs.targets.cpu import auto
-
-    kernel = _fresh_kernel("dispatch_auto_measured")
-    measured = []
-    original = auto._measure
-    monkeypatch.setattr(auto, "_measure", lambda *a: measured.append(a[1].loop.dtype) or original(*a))
-    monkeypatch.setattr(auto, "_crossovers", {})
-    x = np.linspace(0, 1, 50_000)
-    assert (kernel(x) == 2 * x).all() and (kernel(x[:40_000]) == 2 * x[:40_000]).all()
-    assert (kernel(x.astype(np.float32)) == 2 * x.astype(np.float32)).all()
-    assert measured == [np.float64, np.float32]
-    crossover = auto._crossovers[next(iter(auto._crossovers))]
-    assert crossover >= auto.ALWAYS_CPU  # a size, or inf where threads never pay
-    kernel(np.ones(10))  # far below any crossover: decided without measuring
-    assert len(measured) == 2
-
-
-@pytest.mark.parametrize("outlier", [None, "start", "large", "small"])
-def test_auto_crossover_survives_one_slow_sample(monkeypatch, outlier):
-    """Times from a model (cpu 1 us + 1 ns per element, parallel 40 us + 0.1 ns): the crossover
-    is the model's (about 43,000 elements) with clean samples, and also when parallel's first
-    sample at one calibration size comes out slow. Slow where the search starts, cpu would
-    seem to win there and threads never to pay (an infinite crossover, as gaussian float32's
-    once was on the 16-core VM). Slow at the larger size, a line fit alone would put it at about
-    190,000 (the 1e8 that one 16-core run measured for clamp float32 came from such a sample);
-    slow at the smaller one (3.6 ms, as gaussian float32's once was on the 16-core VM), a line
-    through that sample and a checked size put it at 1.1e6."""
-    from gpufuncs.targets.cpu import auto
-
-    slow_at = {None: None, "start": auto._CHECK_OUTPUTS, "large": 1 << 17,
-               "small": 2 * loops_min_chunk()}[outlier]
-    seen = set()
-
-    def model(spec, plan, compiled, target, n):
-        if target == "cpu":
-            return 1e-6 + 1e-9 * n
-        slow = n == slow_at and n not in seen
-        seen.add(n)
-        return 4e-5 + 1e-10 * n + (3.6e-3 if slow else 0.0)
-
-    monkeypatch.setattr(auto, "_time_at", model)
-    plan = gf.exp.resolve(np.ones(10)).plan
-    truth = (4e-5 - 1e-6) / (1e-9 - 1e-10)
-    crossover, waited = auto._measure(gf.exp.spec, plan, gf.exp.compiled)
-    assert crossover == pytest.approx(truth, rel=1e-6) and not waited
-
-
-def loops_min_chunk() -> int:
-    from gpufuncs.targets.cpu import loops
-
-    return loops.MIN_CHUNK
-
-
-def test_auto_crossover_is_never_below_two_parallel_chunks(monkeypatch):
-    """Below two chunks the parallel loops run one chunk on one thread, slower than cpu whatever
-    a fitted line says: a model where threads would pay from 4,400 elements gives the first
-    size with two chunks."""
-    from gpufuncs.targets.cpu import auto, loops
-
-    def model(spec, plan, compiled, target, n):
-        return 1e-6 + 1e-9 * n if target == "cpu" else 5e-6 + 1e-10 * n
-
-    monkeypatch.setattr(auto, "_time_at", model)
-    plan = gf.exp.resolve(np.ones(10)).plan
-    assert auto._measure(gf.exp.spec, plan, gf.exp.compiled) == (2 * loops.MIN_CHUNK, False)
-    assert loops.chunks(2 * loops.MIN_CHUNK, 1) == 2 and loops.chunks(2 * loops.MIN_CHUNK - 1, 1) == 1
-
-
-def test_auto_measures_again_where_threads_only_waited(restore_registry, monkeypatch):
-    """While every parallel call takes 4 ms whatever its size (threads waiting to be scheduled,
-    as in stretches on the 16-core VM), cpu wins the calibration; that choice is not kept for
-    the call signature, and a later call measures again and finds the model's crossover (about
-    43,000 elements). A memory-bound kernel that threads do not help (parallel slower at every
-    size, but by its work) is settled at once."""
-    from gpufuncs.targets.cpu import auto
-
-    stalled = [True]
-    calls = []
-
-    def model(spec, plan, compiled, target, n):
-        calls.append(n)
-        if target == "cpu":
-            return 1e-6 + 1e-9 * n
-        return 4e-3 if stalled[0] else 4e-5 + 1e-10 * n
-
-    if numba.get_num_threads() < 2:
-        pytest.skip("auto stays on cpu with one thread: nothing is measured")
-    monkeypatch.setattr(auto, "_time_at", model)
-    monkeypatch.setattr(auto, "_crossovers", {})
-    monkeypatch.setattr(auto, "_unsettled", {})
-    monkeypatch.setattr(auto, "RETRY_SECONDS", 0.0)
-    kernel = _fresh_kernel("dispatch_auto_waited")
-    x = np.linspace(0, 1, 200_000)
-    assert (kernel(x) == 2 * x).all()
-    assert kernel.resolve(x).target == "cpu" and not kernel._resolved.get("auto")
-    assert list(auto.measured_crossovers()) == ["dispatch_auto_waited float64 (unsettled)"]
-    stalled[0] = False
-    assert (kernel(x) == 2 * x).all()
-    assert kernel.resolve(x).target == "parallel" and len(kernel._resolved["auto"]) == 1
-    assert auto.measured_crossovers() == {
-        "dispatch_auto_waited float64": pytest.approx((4e-5 - 1e-6) / (1e-9 - 1e-10), rel=1e-6)}
-    measured = len(calls)
-    kernel(x), kernel(x[:100_000])
-    assert len(calls) == measured  # settled: never measured again
-
-    # Threads that lose by their work: parallel 3x cpu at every size.
-    monkeypatch.setattr(auto, "_time_at", lambda spec, plan, compiled, target, n:
-                        (1e-6 + 1e-9 * n) * (3 if target == "parallel" else 1))
-    plan = kernel.resolve(x.astype(np.float32)).plan
-    assert auto.choose(kernel.spec, plan, kernel.compiled) == ("cpu", True)
 
 
 def test_cuda_target_without_gpu_is_a_clear_error():

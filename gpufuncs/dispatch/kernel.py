@@ -76,7 +76,8 @@ class ResolvedCall:
     plan : Plan
         The validated call, as the target executes it (see :class:`.operands.Operands`).
     target : str
-        The concrete target it runs on.
+        The concrete target it runs on, or ``"auto"`` for a host call that picks ``cpu`` or
+        ``parallel`` per call from what ``auto`` learned.
     """
 
     __slots__ = ("_executor", "_finish", "_nin", "_ops", "_out_checks", "_outs_from", "_run",
@@ -343,21 +344,22 @@ class Kernel:
                           "in the output. If this is intentional, use out=None.", UserWarning,
                           stacklevel=3)
         ops = operands_for(build_plan(spec, call, infos, outs, where), call.inputs, values, infos)
-        target, settled = self._choose_target(call, ops.plan)
-        executor = get_target(target).prepare(spec, self.compiled(target), ops.plan)
+        target, executor = self._choose_target(call, ops.plan)
+        if executor is None:
+            executor = get_target(target).prepare(spec, self.compiled(target), ops.plan)
         resolved = ResolvedCall(self, call, ops, target, executor,
                                 where is not None and mask is not call.where)
-        if key is not None and settled:
+        if key is not None:
             table = self._resolved[call.target]
             if len(table) >= RESOLVED_CACHE_SIZE:
                 table.clear()
             table[key] = resolved
         return resolved
 
-    def _choose_target(self, call: Call, plan: Plan) -> tuple[str, bool]:
-        """The concrete target, and whether the choice may be kept for the call signature
-        (``auto`` on the host may be unsettled: see ``targets.cpu.auto``)."""
-        target, settled = call.target, True
+    def _choose_target(self, call: Call, plan: Plan) -> tuple[str, Callable | None]:
+        """The target, and its executor where the choice made one: ``auto`` on the host may
+        pick ``cpu`` or ``parallel`` per call, as ``"auto"`` (see ``targets.cpu.auto``)."""
+        target, executor = call.target, None
         if target not in TARGET_NAMES:
             raise ValueError(f"{self.__name__}: unknown target {target!r}; valid targets: "
                              f"{', '.join(TARGET_NAMES)}")
@@ -366,15 +368,16 @@ class Kernel:
         if target == "auto" and on_device:
             target = "cuda"
         elif target == "auto":
-            target, settled = auto_host_target(self.spec, plan, self.compiled)
+            target, executor = auto_host_target(self.spec, plan, self.compiled)
         elif on_device and target != "cuda":
             raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
                              f"not {target!r} (copy them to the host first)")
-        unsupported = [k for k in call.options if k not in get_target(target).options]
+        host = "cpu" if target == "auto" else target  # auto picks between host targets
+        unsupported = [k for k in call.options if k not in get_target(host).options]
         if unsupported:
             raise ValueError(f"{self.__name__}: {', '.join(unsupported)}= applies to target 'cuda' "
                              f"only, not {target!r}")
-        return target, settled
+        return target, executor
 
     def _override(self, call: Call) -> Callable[..., Any] | None:
         """A call that defers to an argument's ``__array_ufunc__`` (Dask, xarray, ...), if any."""

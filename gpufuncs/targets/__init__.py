@@ -8,6 +8,9 @@ import nothing from dispatch; dispatch asks them which arguments are their array
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .base import (
     DEVICE,
     HOST,
@@ -22,12 +25,16 @@ from .base import (
     Target,
     TargetUnavailableError,
 )
-from .cpu import CpuTarget, auto_host_target
-from .cpu.auto import set_parallel_min_size
+from .cpu import CpuTarget
+from .cpu import auto_host_target as _auto_host_target
+from .cpu.auto import AutoTarget
 from .cuda.recognize import CudaArrays
 
 #: Targets by name. ``cuda`` is created on first use (importing gpufuncs must never need a GPU).
 _TARGETS: dict[str, Target] = {"cpu": CpuTarget("cpu"), "parallel": CpuTarget("parallel")}
+
+#: ``target="auto"`` on host arrays: what it learned of this machine and of each kernel.
+AUTO_HOST = AutoTarget(_TARGETS["cpu"], _TARGETS["parallel"])
 
 #: The names accepted by ``target=``.
 TARGET_NAMES: tuple[str, ...] = ("auto", "cpu", "parallel", "cuda")
@@ -50,6 +57,33 @@ def get_target(name: str) -> Target:
                          "('auto' chooses one of them per call)") from None
 
 
+def auto_host_target(spec: Any, plan: Plan, compiled: Callable[[str], Any]) -> tuple[str, Executor | None]:
+    """The host target ``auto`` picks for ``plan``: ``("cpu", None)``, or ``("auto", executor)``
+    whose executor picks ``cpu`` or ``parallel`` per call (see :mod:`.cpu.auto`)."""
+    return _auto_host_target(AUTO_HOST, spec, plan, compiled)
+
+
+def set_parallel_min_size(size: int | None) -> None:
+    """Run ``auto`` host calls on ``parallel`` from ``size`` loop elements up, for every kernel.
+
+    Parameters
+    ----------
+    size : int or None
+        The threshold; ``None`` goes back to what ``auto`` learned per kernel and dtype.
+
+    Notes
+    -----
+    It applies at once to every call of ``auto.ALWAYS_CPU`` (4096) loop elements or more; a
+    smaller call signature keeps the target it was first resolved with.
+    """
+    AUTO_HOST.set_parallel_min_size(size)
+
+
+def measured_crossovers() -> dict[str, float]:
+    """The crossovers ``auto`` learned so far, in loop elements, by ``"kernel dtype"``."""
+    return AUTO_HOST.measured_crossovers()
+
+
 def available_targets() -> tuple[str, ...]:
     """Names of the concrete targets that can run on this machine now."""
     names = ["cpu", "parallel"]
@@ -59,6 +93,7 @@ def available_targets() -> tuple[str, ...]:
 
 
 __all__ = [
+    "AUTO_HOST",
     "DEVICE",
     "DEVICE_ARRAYS",
     "HOST",
@@ -76,5 +111,6 @@ __all__ = [
     "auto_host_target",
     "available_targets",
     "get_target",
+    "measured_crossovers",
     "set_parallel_min_size",
 ]

@@ -51,16 +51,17 @@ class KernelCompileError(RuntimeError):
     """Numba could not compile a kernel for a target; the message keeps Numba's."""
 
 
-def auto_host_target(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> tuple[str, bool]:
-    """``cpu`` or ``parallel`` for host arrays under ``target="auto"`` (see :mod:`.auto`), and
-    whether the choice is settled (one that is not must not be kept for the call signature);
-    ``compiled(target)`` gives the kernel's compiled object for a target."""
+def auto_host_target(auto_target: auto.AutoTarget, spec: KernelSpec, plan: Plan,
+                     compiled: Callable[[str], Any]) -> tuple[str, Executor | None]:
+    """The target for host arrays under ``target="auto"`` (see :mod:`.auto`): ``("cpu", None)``,
+    or ``("auto", executor)`` whose executor picks ``cpu`` or ``parallel`` per call from what
+    ``auto_target`` learned; ``compiled(target)`` gives the kernel's compiled object for a target."""
     if _flat_order(spec, plan) is None:
         # parallel would run Numba's parallel ufunc, which splits strided work into pieces too
         # small to pay for the threads (slower than cpu at every size in this project's
-        # benchmarks before the flat loops existed); the measured crossover is the flat loops'.
-        return "cpu", True
-    return auto.choose(spec, plan, compiled)
+        # benchmarks before the flat loops existed); what auto learns is the flat loops' cost.
+        return "cpu", None
+    return auto_target.choose(spec, plan, compiled)
 
 
 # -- compiling ------------------------------------------------------------------------------------

@@ -1,201 +1,391 @@
-"""``target="auto"`` on host arrays: ``cpu`` or ``parallel``, from this machine's measurements.
+"""``target="auto"`` on host arrays: ``cpu`` or ``parallel``, learned from the caller's own calls.
 
 A call of ``n`` loop elements costs about ``a + b*n`` on ``cpu`` and ``a' + b'*n`` on
 ``parallel``, where ``a' > a`` is the cost of starting Numba's threads and ``b' < b`` the work
-shared among them. The crossover ``(a' - a) / (b - b')`` depends on the kernel, the dtype, the
-number of threads and the machine, so it is measured: the first ``auto`` call of a kernel and
-dtype whose size could fall on either side times both flat loops together, at sizes halved
-from about a million outputs until ``cpu`` wins (tens of milliseconds, once per process), and
-keeps the crossover. Below :data:`ALWAYS_CPU` elements it
-picks ``cpu`` without measuring (no machine starts threads that fast). On a machine whose memory
-bandwidth one core already saturates, a memory-bound kernel may never gain from threads: its
-crossover is then infinite, and ``auto`` stays on ``cpu`` at every size. A measurement that timed
-only the wait for threads (see :func:`_measure`) is not kept: the call that made it stays on
-``cpu``, its choice is not kept for its call signature, and a later call measures again.
+shared among them; ``parallel`` wins from the crossover ``(a' - a) / (b - b')``. ``auto`` never
+runs a user's kernel on values the caller did not pass (a kernel may hang, raise or take seconds
+on values its caller never has), so it learns the two halves of that formula apart:
 
-:func:`set_parallel_min_size` (or the environment variable ``GPUFUNCS_AUTO_PARALLEL_MIN_SIZE``)
-replaces the measurement with a fixed threshold.
+* ``a`` and ``a'`` are the machine's: the time of a call of the library's own copy kernel
+  (:data:`gpufuncs.spec.IDENTITY`) on a few elements of library-made data, on each target.
+  They are measured once per machine (about 50 ms), when a kernel first needs them.
+* ``b`` and ``b'`` are the kernel's, per loop dtype and core sizes, learned from the calls the
+  caller makes: a call of :data:`ALWAYS_CPU` elements or more that ``auto`` cannot decide yet
+  runs as the caller asked it to run, timed. First :data:`SAMPLES` calls on ``cpu``, which is
+  always what ``target="cpu"`` would do; then, knowing ``b``, calls large enough that threads
+  could win even if they shared the work perfectly (``b' = b / threads``) run on ``parallel``
+  until ``b'`` is known too (each such call can lose at most about the thread start ``a' - a``
+  against ``cpu``). The crossover is then settled and nothing is timed any more.
+
+Every resolved ``auto`` call (see :class:`AutoTarget`) reads the decision per call, one attribute
+of its kernel's :class:`Learned` state, so it is cached from its first call, and every
+calibration lives on the :class:`AutoTarget` object that dispatch holds. What was learned is
+kept on disk, in one small JSON file per machine (CPU model, cores, Numba threads, Numba version)
+in ``GPUFUNCS_CACHE_DIR``, else ``NUMBA_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpufuncs`` or
+``~/.cache/gpufuncs``; a kernel's entries are keyed by its disk-cache key (its code and what it
+depends on), so a new process measures nothing. A file that cannot be read or written only means
+measuring again: it never fails a call. Kernels without a source file (a REPL) learn per process.
+
+Below :data:`ALWAYS_CPU` elements ``auto`` runs ``cpu`` (no machine starts threads that fast).
+With one thread, or in a forked child whose parallel calls run serially (see :mod:`.layers`),
+``auto`` stays on ``cpu``. On a machine whose memory bandwidth one core already saturates, a
+memory-bound kernel may never gain from threads: its crossover is then infinite.
+
+:meth:`AutoTarget.set_parallel_min_size` (``gf.set_auto_parallel_min_size``, or the environment
+variable ``GPUFUNCS_AUTO_PARALLEL_MIN_SIZE``) replaces what was learned with a fixed threshold,
+at once for every call of :data:`ALWAYS_CPU` elements or more; a smaller call signature keeps
+the target it was first resolved with.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import math
 import os
+import platform
 import statistics
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numba
 import numpy as np
 
-from ...spec import KernelSpec
-from ..base import HOST, SCALAR, Arg, Plan
+from ...spec import IDENTITY, KernelSpec
+from ..base import HOST, Arg, Executor, Plan, Target
 from .layers import GUARD
 from .loops import MIN_CHUNK
 
 #: Below this many loop elements ``auto`` always picks ``cpu``.
 ALWAYS_CPU = 1 << 12
 
-#: A calibration that timed only the wait for threads is not kept (see :func:`_measure`): later
-#: calls measure again, at most this often (seconds) and this many times in all.
-RETRY_SECONDS = 1.0
-MAX_ATTEMPTS = 5
+#: Timed calls per target before a kernel's cost per element on it is known (their median).
+SAMPLES = 3
 
-_fixed: int | None = None
-_crossovers: dict[tuple[Any, ...], float] = {}
-#: Crossovers not kept yet: ``(crossover, attempts, time.monotonic() of the last attempt)``.
-_unsettled: dict[tuple[Any, ...], tuple[float, int, float]] = {}
-_lock = threading.Lock()
+#: Version of the file format; another version is ignored (and replaced on the next write).
+FORMAT = 1
+
+_INF = float("inf")
 
 
-def _after_fork() -> None:
-    global _lock
-    _lock = threading.Lock()  # another thread may have held it, measuring, when the fork came
+class Learned:
+    """What ``auto`` knows of one kernel in one loop dtype (and core sizes).
+
+    ``cpu_below`` and ``parallel_from`` are what every call reads: calls of fewer loop elements
+    than ``cpu_below`` run on ``cpu``, of ``parallel_from`` or more on ``parallel``, and the ones
+    between are timed to learn (equal once settled). ``cpu`` and ``parallel`` hold the seconds
+    per loop element measured on each target, from the caller's calls or the disk.
+    """
+
+    __slots__ = ("cpu", "cpu_below", "disk_key", "first", "name", "parallel", "parallel_from")
+
+    def __init__(self, name: str, disk_key: str | None, first: int) -> None:
+        self.name, self.disk_key, self.first = name, disk_key, first
+        self.cpu: list[float] = []
+        self.parallel: list[float] = []
+        self.cpu_below, self.parallel_from = 0.0, _INF
+
+    def cost(self, target: str) -> float | None:
+        """Seconds per loop element on ``target`` (the median of the samples), if known."""
+        samples = self.cpu if target == "cpu" else self.parallel
+        return statistics.median(samples) if len(samples) >= SAMPLES else None
 
 
-os.register_at_fork(after_in_child=_after_fork)
-
-
-def set_parallel_min_size(size: int | None) -> None:
-    """Run ``auto`` host calls on ``parallel`` from ``size`` loop elements up, for every kernel.
+class AutoTarget:
+    """``target="auto"`` for host arrays: the executors that pick ``cpu`` or ``parallel`` per
+    call, and everything they learned (see the module docstring).
 
     Parameters
     ----------
-    size : int or None
-        The threshold; ``None`` goes back to the crossover measured per kernel and dtype.
+    cpu, parallel : Target
+        The targets it chooses between.
+    directory : path, optional
+        Where the learned state is kept; by default the per-user cache directory.
     """
-    global _fixed
-    _fixed = None if size is None else int(size)
+
+    def __init__(self, cpu: Target, parallel: Target, directory: str | os.PathLike | None = None) -> None:
+        self.targets = {"cpu": cpu, "parallel": parallel}
+        self.fixed: int | None = None
+        self._directory = None if directory is None else Path(directory)
+        #: ``{"cpu": a, "parallel": a'}``: seconds of a call with (almost) no work on each.
+        self.start: dict[str, float] | None = None
+        self._learned: weakref.WeakKeyDictionary[KernelSpec, dict[Any, Learned]] = weakref.WeakKeyDictionary()
+        self._disk: dict[str, Any] | None = None  # the file's entries, read once
+        self._proxy: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._hooked = False
+        #: Calls timed on each target, for tests and curious users.
+        self.timed = {"cpu": 0, "parallel": 0}
+        value = os.environ.get("GPUFUNCS_AUTO_PARALLEL_MIN_SIZE")
+        if value:
+            self.set_parallel_min_size(int(value))
+
+    # -- the decision ------------------------------------------------------------------------
+    def choose(self, spec: KernelSpec, plan: Plan,
+               compiled: Callable[[str], Any]) -> tuple[str, Executor | None]:
+        """The target for a flat host call of ``plan``: ``("cpu", None)`` for a call that always
+        runs on ``cpu`` (dispatch prepares it), else ``("auto", executor)``, an executor that
+        picks per call; ``compiled(target)`` gives the kernel's compiled object for a target."""
+        n = plan.size
+        if n < ALWAYS_CPU and (self.fixed is None or n < self.fixed):
+            return "cpu", None
+        if not self._hooked:  # the first call that may run parallel
+            self._hooked = True
+            os.register_at_fork(after_in_child=self._after_fork)
+        return "auto", self._switching(self._state(spec, plan), n, spec, plan, compiled)
+
+    def _switching(self, learned: Learned, n: int, spec: KernelSpec, plan: Plan,
+                   compiled: Callable[[str], Any]) -> Executor:
+        """The executor of one call signature: ``cpu``'s or ``parallel``'s (each prepared when
+        first needed), as ``learned`` says, or timed while it cannot say yet."""
+        prepared: dict[str, Executor] = {}
+
+        def executor(target: str) -> Executor:
+            found = prepared.get(target)
+            if found is None:
+                found = prepared[target] = self.targets[target].prepare(spec, compiled(target), plan)
+            return found
+
+        def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+            if n < learned.cpu_below:
+                return (prepared.get("cpu") or executor("cpu"))(inputs, outs, where, stream)
+            if n >= learned.parallel_from:
+                return executor("parallel")(inputs, outs, where, stream)
+            return self._learn(learned, n, executor, (inputs, outs, where, stream))
+
+        return execute
+
+    def _learn(self, learned: Learned, n: int, executor: Callable[[str], Executor],
+               args: tuple[Any, Any, Any, Any]) -> tuple[Any, ...]:
+        """Run the call on the target ``learned`` still needs samples of, and time it."""
+        if len(learned.cpu) < SAMPLES:
+            target = "cpu"
+        else:
+            target = "parallel" if n >= learned.cpu_below else "cpu"  # settled meanwhile?
+            if target == "cpu" or n >= learned.parallel_from:
+                return executor(target)(*args)
+        run = executor(target)
+        begin = time.perf_counter()
+        result = run(*args)
+        self._record(learned, target, n, time.perf_counter() - begin)
+        return result
+
+    def _record(self, learned: Learned, target: str, n: int, seconds: float) -> None:
+        with self._lock:
+            samples = learned.cpu if target == "cpu" else learned.parallel
+            if len(samples) >= SAMPLES or not GUARD.parallel_usable:
+                return  # enough already (another thread's), or threads that run serially
+            start = self._machine()
+            samples.append(max(seconds - start[target], 0.0) / n)
+            self.timed[target] += 1
+            self._decide(learned)
+            if len(samples) == SAMPLES:
+                self._save(learned)
+
+    def _decide(self, learned: Learned) -> None:
+        """Set ``learned``'s thresholds from what is known now."""
+        if self.fixed is not None:
+            learned.cpu_below = learned.parallel_from = self.fixed
+            return
+        threads = numba.get_num_threads()
+        if not GUARD.parallel_usable or threads < 2:
+            learned.cpu_below = learned.parallel_from = _INF
+            return
+        cpu, parallel = learned.cost("cpu"), learned.cost("parallel")
+        if cpu is None or self.start is None:
+            learned.cpu_below, learned.parallel_from = 0.0, _INF  # every call timed, on cpu
+            return
+        if parallel is None:  # time parallel where perfectly shared work could already win
+            learned.cpu_below, learned.parallel_from = self._crossover(learned, cpu, cpu / threads), _INF
+            return
+        learned.cpu_below = learned.parallel_from = self._crossover(learned, cpu, parallel)
+
+    def _crossover(self, learned: Learned, cpu: float, parallel: float) -> float:
+        """Where ``a + cpu*n`` meets ``a' + parallel*n``: never below the first size that the
+        parallel loops cut into two chunks (below, one thread runs it all)."""
+        if parallel >= cpu:
+            return _INF
+        assert self.start is not None
+        start = max(self.start["parallel"] - self.start["cpu"], 0.0)
+        return max(float(learned.first), float(ALWAYS_CPU), start / (cpu - parallel))
+
+    def _state(self, spec: KernelSpec, plan: Plan) -> Learned:
+        key = (plan.loop.dtype, tuple(sorted(plan.core_sizes.items())))
+        with self._lock:
+            states = self._learned.setdefault(spec, {})
+            found = states.get(key)
+            if found is None:
+                found = states[key] = Learned(spec.name, _disk_key(spec, key), _first_parallel_size(plan))
+                self._load(found)
+                self._decide(found)
+            return found
+
+    def set_parallel_min_size(self, size: int | None) -> None:
+        """See :func:`gpufuncs.set_auto_parallel_min_size`."""
+        with self._lock:
+            self.fixed = None if size is None else int(size)
+            for states in list(self._learned.values()):
+                for learned in states.values():
+                    self._decide(learned)
+
+    def measured_crossovers(self) -> dict[str, float]:
+        """The crossovers learned so far, by ``"kernel dtype"`` (those still learning marked so)."""
+        found = {}
+        with self._lock:
+            for states in list(self._learned.values()):
+                for (dtype, _), learned in states.items():
+                    settled = learned.cpu_below == learned.parallel_from
+                    found[f"{learned.name} {dtype}" + ("" if settled else " (learning)")] = learned.cpu_below
+        return found
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it, learning, at the fork
+        if not GUARD.parallel_usable:  # this child runs parallel calls serially: stay on cpu
+            for states in list(self._learned.values()):
+                for learned in states.values():
+                    self._decide(learned)
+
+    # -- the machine: the proxy ------------------------------------------------------------------
+    def _machine(self) -> dict[str, float]:
+        """``self.start``, from the disk or measured now (called with the lock held)."""
+        if self.start is None:
+            stored = self._entries().get("start")
+            if _valid_start(stored):
+                self.start = {t: float(stored[t]) for t in ("cpu", "parallel")}
+            else:
+                self.start = {t: self._time_proxy(t) for t in ("cpu", "parallel")}
+                self._save(None)
+        return self.start
+
+    def _time_proxy(self, target: str, n: int = 16, repeat: int = 21) -> float:
+        """The median time of a call of the library's copy kernel on ``n`` elements of
+        library-made data, on ``target``: its cost with (almost) no work."""
+        dtype = np.dtype(np.float64)
+        values = np.ones(n, dtype)
+        info = Arg(HOST, np.ndarray, dtype, values.shape, values.strides)
+        loop = next(loop for loop in IDENTITY.loops if loop.dtype == dtype)
+        plan = Plan(loop=loop, result_dtype=dtype, loop_shape=(n,), out_shapes=((n,),),
+                    inputs=(info,), cores=(0, 0))
+        backend = self.targets[target]
+        compiled = self._proxy.get(target)
+        if compiled is None:
+            compiled = self._proxy[target] = backend.compile(IDENTITY)
+        run = backend.prepare(IDENTITY, compiled, plan)
+        out = (np.empty(n, dtype),)
+        run((values,), out, True, None)
+        samples = []
+        for _ in range(repeat):
+            begin = time.perf_counter()
+            run((values,), out, True, None)
+            samples.append(time.perf_counter() - begin)
+        return statistics.median(samples)
+
+    # -- the disk -----------------------------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        """The file that keeps what this machine learned."""
+        directory = self._directory or _default_directory()
+        return directory / f"auto-{hashlib.sha256(_machine_key().encode()).hexdigest()[:16]}.json"
+
+    def _entries(self) -> dict[str, Any]:
+        """The file's contents (read once; ``{}`` if it is missing or damaged)."""
+        if self._disk is None:
+            self._disk = _read(self.path)
+        return self._disk
+
+    def _load(self, learned: Learned) -> None:
+        if learned.disk_key is None:
+            return
+        stored = self._entries().get("kernels", {}).get(learned.disk_key)
+        if not isinstance(stored, dict) or not _valid_start(self._entries().get("start")):
+            return
+        self._machine()
+        for target, samples in (("cpu", learned.cpu), ("parallel", learned.parallel)):
+            value = stored.get(target)
+            if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
+                samples.extend([float(value)] * SAMPLES)
+
+    def _save(self, learned: Learned | None) -> None:
+        """Add what was learned (the machine's start costs, and ``learned``'s costs) to the
+        file: read again, merged, written whole and renamed into place. Any failure is ignored."""
+        entries = self._entries()
+        if self.start is not None:
+            entries["start"] = dict(self.start)
+        if learned is not None and learned.disk_key is not None:
+            costs = {t: learned.cost(t) for t in ("cpu", "parallel")}
+            known = {t: c for t, c in costs.items() if c is not None}
+            entries.setdefault("kernels", {})[learned.disk_key] = known
+        path = self.path
+        on_disk = _read(path)
+        merged = {**on_disk, **entries, "format": FORMAT, "machine": _machine_key(),
+                  "kernels": {**on_disk.get("kernels", {}), **entries.get("kernels", {})}}
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as file:
+                    json.dump(merged, file)
+                os.replace(temporary, path)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
 
 
-def parallel_min_size(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> tuple[float, bool]:
-    """The loop size from which ``parallel`` beats ``cpu`` for this kernel and dtype (measured
-    once, or the fixed threshold; ``inf`` with one thread, or in a child forked where parallel
-    calls run serially: see :mod:`.layers`), and whether it is settled: ``False`` while the
-    measurements saw threads that only waited, and a later call may measure again."""
-    if _fixed is not None:
-        return _fixed, True
-    if not GUARD.parallel_usable or numba.get_num_threads() < 2:
-        return float("inf"), True
-    key = (spec.name, id(spec), plan.loop.dtype, tuple(sorted(plan.core_sizes.items())))
-    found = _crossovers.get(key)
-    if found is not None:
-        return found, True
-    with _lock:
-        found = _crossovers.get(key)
-        if found is not None:
-            return found, True
-        crossover, attempts, last = _unsettled.get(key, (float("inf"), 0, -float("inf")))
-        if attempts and time.monotonic() - last < RETRY_SECONDS:
-            return crossover, False
-        crossover, waited = _measure(spec, plan, compiled)
-        attempts += 1
-        if waited and attempts < MAX_ATTEMPTS:
-            _unsettled[key] = (crossover, attempts, time.monotonic())
-            return crossover, False
-        _unsettled.pop(key, None)
-        _crossovers[key] = crossover
-        return crossover, True
+def _read(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` if it is this format's, else ``{}``."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(found, dict) or found.get("format") != FORMAT:
+        return {}
+    if not isinstance(found.get("kernels", {}), dict):
+        return {}
+    return found
 
 
-def choose(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> tuple[str, bool]:
-    """``cpu`` or ``parallel`` for a host call of this plan under ``target="auto"``, and whether
-    that choice is settled (see :func:`parallel_min_size`)."""
-    n = plan.size
-    if _fixed is None and n < ALWAYS_CPU:
-        return "cpu", True
-    crossover, settled = parallel_min_size(spec, plan, compiled)
-    return ("parallel" if n >= crossover else "cpu"), settled
+def _valid_start(stored: Any) -> bool:
+    return isinstance(stored, dict) and all(
+        isinstance(stored.get(t), (int, float)) and math.isfinite(stored[t]) and stored[t] >= 0
+        for t in ("cpu", "parallel"))
 
 
-def measured_crossovers() -> dict[str, float]:
-    """The crossovers measured so far, by ``"kernel dtype"`` (unsettled ones marked so)."""
-    settled = {f"{k[0]} {k[2]}": v for k, v in _crossovers.items()}
-    return {**settled, **{f"{k[0]} {k[2]} (unsettled)": v[0] for k, v in _unsettled.items()}}
+def _default_directory() -> Path:
+    for variable in ("GPUFUNCS_CACHE_DIR", "NUMBA_CACHE_DIR"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpufuncs"
 
 
-def _measure(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any]) -> tuple[float, bool]:
-    """The crossover, from both targets' flat loops timed together on synthetic inputs, and
-    whether the parallel times were only the wait for threads.
-
-    They are compared at :data:`_CHECK_OUTPUTS` outputs, then at half the size while
-    ``parallel`` wins there, and the crossover is interpolated between the last two sizes, one
-    won by each target: between two sizes measured on both sides of it, not extrapolated. (Lines
-    through two sizes fitted once gave 1e8 for clamp float32 on the 16-core VM, where parallel
-    wins from 1e5, and 1.1e6 for gaussian float32, after one slow parallel sample: ``auto`` then
-    took 7.7x ``parallel`` at 1e6.) Where ``cpu`` wins at the first size, the crossover is
-    extrapolated from it and a quarter of it (``inf`` where threads never pay). If parallel then
-    takes less than twice as long there as at its smallest size, with at least 4x the work, its
-    times were the wait for a thread that was not scheduled (the 16-core VM has stretches of
-    seconds in which every parallel call takes about 4 ms, even on 10 elements), not the work."""
-    first = _first_parallel_size(plan)
-    n = max(_CHECK_OUTPUTS // _outputs_per_element(plan), 4 * first)
-
-    def both(n: int) -> dict[str, float]:
-        return {t: _time_at(spec, plan, compiled, t, n) for t in ("cpu", "parallel")}
-
-    above = both(n)
-    if above["parallel"] >= above["cpu"]:
-        # Measured once more, as a losing size below: a verdict that threads never pay is
-        # kept for the process (one such, on the 16-core VM, gave gaussian float32 an
-        # infinite crossover where parallel is 4x faster at 1e6).
-        again = both(n)
-        above = {t: min(above[t], again[t]) for t in above}
-    if above["parallel"] >= above["cpu"]:
-        below = both(n // 4)
-        waited = above["parallel"] < 2 * _time_at(spec, plan, compiled, "parallel", first)
-        return max(float(n), _crossover(below, above, n // 4, n)), waited
-    while n // 2 >= first:
-        below = both(n // 2)
-        if below["parallel"] >= below["cpu"]:
-            # Measured once more before it ends the search: a slow phase of the machine (a
-            # thread that waits to be scheduled) can hold a parallel median for a while.
-            again = both(n // 2)
-            below = {t: min(below[t], again[t]) for t in below}
-        if below["parallel"] >= below["cpu"]:
-            return min(float(n), max(float(n // 2), _crossover(below, above, n // 2, n))), False
-        n, above = n // 2, below
-    return float(n), False  # parallel wins down to its first size with two chunks
+def _machine_key() -> str:
+    """What the start costs and a kernel's costs per element depend on, besides the kernel."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model}|cpus={os.cpu_count()}|threads={numba.get_num_threads()}|numba={numba.__version__}"
 
 
-def _time_at(spec: KernelSpec, plan: Plan, compiled: Callable[[str], Any], target: str, n: int) -> float:
-    """Seconds of one call of ``target``'s flat loop on ``n`` loop elements (typical of a few).
+def _disk_key(spec: KernelSpec, key: tuple[Any, ...]) -> str | None:
+    """The kernel's entry in the file: its disk-cache key (``None`` for a kernel without a
+    source file, which learns per process), dtype and core sizes."""
+    from . import _kernel_key  # the package imports this module first
 
-    The calls write into outputs allocated once. A new output of tens of MB is fresh memory
-    from the OS at every call (glibc maps blocks over 32 MB anew), whose page faults, and with
-    transparent huge pages the kernel's compaction stalls, made single parallel samples of
-    hermite_norm float64 2.5x slower on the 2-core machine: twice in a row, once, and that
-    calibration concluded that threads never pay, where they halve the time."""
-    from . import CpuTarget  # the targets themselves: the very executors calls would run
-
-    synthetic, args = _synthetic(spec, plan, n)
-    execute = CpuTarget(target).prepare(spec, compiled(target), synthetic)
-    outs = tuple(np.empty(shape, synthetic.result_dtype) for shape in synthetic.out_shapes)
-    return _typical_time(lambda: execute(args, outs, True, None))
-
-
-#: The search for the crossover starts at this many outputs.
-_CHECK_OUTPUTS = 1 << 20
-
-
-def _crossover(small: dict[str, float], large: dict[str, float], n_small: int, n_large: int) -> float:
-    """Where the lines through both targets' times at ``n_small`` and ``n_large`` cross."""
-    lines = {}
-    for target in small:
-        slope = (large[target] - small[target]) / (n_large - n_small)
-        lines[target] = (small[target] - slope * n_small, slope)
-    (a, b), (a_par, b_par) = lines["cpu"], lines["parallel"]
-    if b_par >= b:
-        return float("inf")
-    return max(float(ALWAYS_CPU), (a_par - a) / (b - b_par))
+    kernel = _kernel_key(spec)
+    return None if kernel is None else f"{kernel}:{key[0]}:{key[1]}"
 
 
 def _first_parallel_size(plan: Plan) -> int:
     """Loop elements from which the parallel loops cut two chunks or more (see
-    :func:`.loops.chunks`). Below, they run one chunk on one thread, never faster than ``cpu``;
-    measured there, a parallel time would also bend the fitted line (gaussian float64 on 16
-    cores: a crossover of 1e4, where parallel took 1.3x cpu)."""
+    :func:`.loops.chunks`). Below, they run one chunk on one thread, never faster than ``cpu``."""
     return 2 * max(1, MIN_CHUNK // _outputs_per_element(plan))
 
 
@@ -205,48 +395,8 @@ def _outputs_per_element(plan: Plan) -> int:
     return max(1, sum(int(np.prod(shape)) for shape in plan.out_shapes) // loop)
 
 
-def _typical_time(run: Callable[[], Any], repeat: int = 7) -> float:
-    """The median of ``repeat`` calls after one. Not the best: starting 16 threads now and then
-    takes little, typically much more, and crossovers fitted to best times put ``auto`` on
-    ``parallel`` where it is usually slower (exp float64 at 1e4 on 16 cores: 1.3x ``cpu``)."""
-    run()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+def measured_crossovers() -> dict[str, float]:
+    """The crossovers ``auto`` learned so far (see :func:`gpufuncs.targets.measured_crossovers`)."""
+    from .. import measured_crossovers as found  # the registry holds the AutoTarget
 
-
-def _synthetic(spec: KernelSpec, plan: Plan, n: int) -> tuple[Plan, tuple[Any, ...]]:
-    """A plan of ``n`` loop elements like ``plan`` (contiguous arrays, scalars where it has
-    scalars), and arguments for it inside the kernel's declared domains."""
-    dtype = plan.loop.dtype
-    infos, args = [], []
-    for name, arg, core in zip(spec.input_names, plan.inputs, plan.cores):
-        low, high = spec.domains.get(name, (-1.0, 1.0))
-        low, high = max(low, -1.0), min(high, 1.0)
-        if not arg.is_array and not core:
-            value = (low + high) / 2 or 0.5
-            infos.append(Arg(SCALAR, float, float))
-            args.append(float(value))
-            continue
-        shape = (n, *arg.shape[len(arg.shape) - core:]) if core else (n,)
-        values = np.linspace(low, high, int(np.prod(shape)), dtype=dtype).reshape(shape)
-        infos.append(Arg(HOST, np.ndarray, dtype, values.shape, values.strides))
-        args.append(values)
-    cores = plan.cores[spec.nin:]
-    out_shapes = tuple((n, *shape[len(shape) - core:]) for shape, core in zip(plan.out_shapes, cores))
-    synthetic = Plan(loop=plan.loop, result_dtype=dtype, loop_shape=(n,), out_shapes=out_shapes,
-                     core_sizes=plan.core_sizes, inputs=tuple(infos), cores=plan.cores)
-    return synthetic, tuple(args)
-
-
-def fixed_from_environment() -> None:
-    """Apply ``GPUFUNCS_AUTO_PARALLEL_MIN_SIZE`` if it is set (an integer)."""
-    value = os.environ.get("GPUFUNCS_AUTO_PARALLEL_MIN_SIZE")
-    if value:
-        set_parallel_min_size(int(value))
-
-
-fixed_from_environment()
+    return found()

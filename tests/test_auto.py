@@ -1,0 +1,240 @@
+"""``target="auto"`` on host arrays: it learns from the caller's own calls, never from values the
+caller did not pass, keeps what it learned on disk, and a fixed threshold wins over it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpufuncs as gf
+import gpufuncs.targets as targets
+from gpufuncs.targets.cpu import auto
+
+#: Large enough that auto has to decide (more than two parallel chunks, far above ALWAYS_CPU).
+LARGE = 1 << 20
+SIZES = (2, 5000, LARGE)
+
+# The issue's kernels, and one that fails on any value its callers here never pass.
+KERNELS = '''
+import math
+
+import gpufuncs as gf
+
+
+@gf.ufunc(signatures=gf.float_signatures(1), reference=None, name="auto_normalize", replace=True)
+def normalize(x):
+    """Hangs for x <= 0 (as a kernel written for positive data may)."""
+    m = x
+    while m < 1:
+        m *= 2
+    return m
+
+
+@gf.ufunc(signatures=gf.float_signatures(1), reference=None, name="auto_sqrt_or_raise", replace=True)
+def sqrt_or_raise(x):
+    if x < 0:
+        raise ValueError("negative input")
+    return math.sqrt(x)
+
+
+@gf.ufunc(signatures=gf.float_signatures(1), reference=None, name="auto_only_ones_and_twos",
+          replace=True)
+def only_ones_and_twos(x):
+    if x != 1.0 and x != 2.0:
+        raise ValueError("a value the caller never passed")
+    return x + 1.0
+'''
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    """The kernels above, from a module file of their own (so that they have a disk key)."""
+    folder = tmp_path_factory.mktemp("auto_kernels")
+    (folder / "auto_kernels.py").write_text(KERNELS)
+    sys.path.insert(0, str(folder))
+    try:
+        import auto_kernels
+    finally:
+        sys.path.remove(str(folder))
+    yield auto_kernels
+    sys.modules.pop("auto_kernels", None)
+
+
+@pytest.fixture
+def fresh_auto(tmp_path, monkeypatch):
+    """An AutoTarget that knows nothing yet, keeping its state in ``tmp_path``, in place of the
+    process's; start costs of zero, so that threads may pay from the first size with two chunks
+    (both targets are then learned from the calls below, whatever this machine is)."""
+    fresh = auto.AutoTarget(targets.get_target("cpu"), targets.get_target("parallel"), tmp_path)
+    fresh.start = {"cpu": 0.0, "parallel": 0.0}
+    monkeypatch.setattr(targets, "AUTO_HOST", fresh)
+    return fresh
+
+
+def _values(n: int) -> np.ndarray:
+    return np.resize(np.array([1.0, 2.0]), n)
+
+
+def _fresh(kernel: gf.Kernel) -> gf.Kernel:
+    """The same kernel, nothing resolved or compiled (resolved calls hold their AutoTarget's state)."""
+    return gf.Kernel(kernel.spec)
+
+
+def test_kernels_that_fail_off_the_callers_values_behave_as_on_cpu(kernels, fresh_auto):
+    """The issue's kernels: one that hangs for x <= 0 and one that raises for x < 0, called on
+    [1, 2]: auto gives cpu's result at every size, while it learns (on cpu, then on parallel)
+    and after; and one that raises for any value but 1 and 2 never raises."""
+    for name in ("normalize", "sqrt_or_raise", "only_ones_and_twos"):
+        kernel = _fresh(getattr(kernels, name))
+        for n in SIZES:
+            x = _values(n)
+            expected = kernel(x, target="cpu")
+            for _ in range(2 * auto.SAMPLES + 2):
+                np.testing.assert_array_equal(kernel(x), expected)
+    if auto.GUARD.parallel_usable and auto.numba.get_num_threads() >= 2:
+        assert fresh_auto.timed == {"cpu": 3 * auto.SAMPLES, "parallel": 3 * auto.SAMPLES}
+    np.testing.assert_array_equal(kernels.sqrt_or_raise(np.array([1.0, 2.0])), [1.0, math.sqrt(2)])
+
+
+def test_a_kernels_own_exception_is_raised_as_on_cpu(kernels, fresh_auto):
+    kernel = _fresh(kernels.sqrt_or_raise)
+    x = _values(LARGE)
+    x[-3] = -1.0
+    for _ in range(2 * auto.SAMPLES + 2):
+        with pytest.raises(ValueError, match="negative input"):
+            kernel(x)
+
+
+def test_what_auto_learns_gives_the_models_crossover(kernels, fresh_auto):
+    """Costs per element b (cpu) and b' (parallel), start costs a and a': the crossover is
+    (a' - a) / (b - b'), never below the first size the parallel loops cut into two chunks,
+    and infinite where threads do not pay; until parallel is known, parallel is tried from
+    where perfectly shared work could win."""
+    fresh_auto.start = {"cpu": 1e-6, "parallel": 4e-5}
+    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
+    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    learned.cpu[:] = [1e-9] * auto.SAMPLES
+    fresh_auto._decide(learned)
+    threads = auto.numba.get_num_threads()
+    if threads >= 2:
+        optimistic = 3.9e-5 / (1e-9 - 1e-9 / threads)
+        assert (learned.cpu_below, learned.parallel_from) == (pytest.approx(optimistic), math.inf)
+    learned.parallel[:] = [1e-10] * auto.SAMPLES
+    fresh_auto._decide(learned)
+    expected = (4e-5 - 1e-6) / (1e-9 - 1e-10) if threads >= 2 else math.inf
+    assert learned.cpu_below == learned.parallel_from == pytest.approx(expected)
+    learned.parallel[:] = [1.1e-9] * auto.SAMPLES
+    fresh_auto._decide(learned)
+    assert learned.cpu_below == learned.parallel_from == math.inf
+    fresh_auto.start = {"cpu": 1e-6, "parallel": 1e-6}
+    learned.parallel[:] = [1e-10] * auto.SAMPLES
+    fresh_auto._decide(learned)
+    first = 2 * auto.MIN_CHUNK
+    assert learned.cpu_below == (first if threads >= 2 else math.inf)
+
+
+def test_set_parallel_min_size_wins_at_once(kernels, fresh_auto, monkeypatch):
+    kernel = _fresh(kernels.only_ones_and_twos)
+    x = _values(5000)
+    try:
+        gf.set_auto_parallel_min_size(1000)
+        np.testing.assert_array_equal(kernel(x), x + 1)
+        assert list(kernel._compiled) == ["parallel"] and fresh_auto.timed == {"cpu": 0, "parallel": 0}
+        gf.set_auto_parallel_min_size(10_000)  # the same resolved call, now on cpu
+        np.testing.assert_array_equal(kernel(x), x + 1)
+        assert sorted(kernel._compiled) == ["cpu", "parallel"] and fresh_auto.timed["cpu"] == 0
+        gf.set_auto_parallel_min_size(100)  # below ALWAYS_CPU too, for calls resolved from now
+        np.testing.assert_array_equal(kernel(x[:200]), x[:200] + 1)
+        assert kernel.resolve(x[:200]).target == "auto"
+    finally:
+        gf.set_auto_parallel_min_size(None)
+    kernel(x)  # learning again: timed on cpu
+    assert fresh_auto.timed["cpu"] == 1
+    assert kernel.resolve(x[:10]).target == "cpu"
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "unwritable"])
+def test_a_damaged_or_unwritable_state_file_never_fails_a_call(kernels, tmp_path, monkeypatch, damage):
+    if damage == "corrupt":
+        fresh = auto.AutoTarget(targets.get_target("cpu"), targets.get_target("parallel"), tmp_path)
+        fresh.path.write_text('{"format": 1, "start": {"cpu": "x"}, "kernels": [1, 2]')
+    else:
+        blocker = tmp_path / "a file"
+        blocker.write_text("")
+        fresh = auto.AutoTarget(targets.get_target("cpu"), targets.get_target("parallel"),
+                                blocker / "state")
+    fresh.start = {"cpu": 0.0, "parallel": 0.0}
+    monkeypatch.setattr(targets, "AUTO_HOST", fresh)
+    kernel = _fresh(kernels.only_ones_and_twos)
+    x = _values(LARGE)
+    for _ in range(2 * auto.SAMPLES + 1):
+        np.testing.assert_array_equal(kernel(x), x + 1)
+    assert fresh.timed["cpu"] == auto.SAMPLES
+    if damage == "corrupt":  # written anew, whole
+        assert json.loads(fresh.path.read_text())["format"] == auto.FORMAT
+
+
+SCRIPT = '''
+import json, sys
+import numpy as np
+import gpufuncs.targets as targets
+from gpufuncs.targets.cpu import auto
+
+proxies = []
+original = auto.AutoTarget._time_proxy
+auto.AutoTarget._time_proxy = lambda self, target, *a: proxies.append(target) or original(self, target, *a)
+import auto_kernels
+
+x = np.resize(np.array([1.0, 2.0]), 1 << 20)
+for kernel in (auto_kernels.normalize, auto_kernels.only_ones_and_twos):
+    for _ in range(2 * auto.SAMPLES + 2):
+        assert (kernel(x) == np.where(kernel is auto_kernels.normalize, x, x + 1)).all()
+print(json.dumps({"timed": targets.AUTO_HOST.timed, "proxies": proxies,
+                  "crossovers": targets.measured_crossovers()}))
+'''
+
+
+def test_a_new_process_measures_nothing(kernels, tmp_path):
+    """The first process measures the machine (on the library's own copy kernel) and learns
+    the kernels from its calls; the next one finds all of it on disk."""
+    folder = Path(kernels.__file__).parent
+    env = {**os.environ, "GPUFUNCS_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(folder), str(Path(gf.__file__).parents[1])])}
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["proxies"] == ["cpu", "parallel"] and first["timed"]["cpu"] == 2 * auto.SAMPLES
+    assert second["proxies"] == [] and second["timed"] == {"cpu": 0, "parallel": 0}
+    assert len(list(tmp_path.glob("auto-*.json"))) == 1
+    # What the second process knows is what the first learned (or still learns, where its
+    # calls never reached the sizes from which parallel could pay on this machine).
+    assert second["crossovers"] == first["crossovers"]
+
+
+def test_one_slow_sample_does_not_move_the_crossover(kernels, fresh_auto):
+    """A parallel call that waited 4 ms for a thread to be scheduled (as in stretches on the
+    16-core VM) is one sample of three: the median is a clean one."""
+    if not auto.GUARD.parallel_usable or auto.numba.get_num_threads() < 2:
+        pytest.skip("auto stays on cpu with one thread: nothing is learned")
+    fresh_auto.start = {"cpu": 1e-6, "parallel": 4e-5}
+    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
+    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    for _ in range(auto.SAMPLES):
+        fresh_auto._record(learned, "cpu", LARGE, 1e-6 + 1e-9 * LARGE)
+    for stall in (4e-3, 0.0, 0.0):
+        fresh_auto._record(learned, "parallel", LARGE, 4e-5 + 1e-10 * LARGE + stall)
+    expected = (4e-5 - 1e-6) / (1e-9 - 1e-10)
+    assert learned.cpu_below == learned.parallel_from == pytest.approx(expected)
