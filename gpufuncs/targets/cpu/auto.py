@@ -68,6 +68,11 @@ ALWAYS_CPU = 1 << 12
 #: Timed calls per target before a kernel's cost per element on it is known (their median).
 SAMPLES = 3
 
+#: A thread start measured slower than this (seconds) is kept for this process only, not on
+#: disk: on an overloaded machine (or in a stretch where a thread waits for a core) every
+#: parallel call can take milliseconds, and a later process should not inherit that.
+IMPLAUSIBLE_START = 2e-3
+
 #: Version of the file format; another version is ignored (and replaced on the next write).
 FORMAT = 1
 
@@ -260,7 +265,8 @@ class AutoTarget:
                 self.start = {t: float(stored[t]) for t in ("cpu", "parallel")}
             else:
                 self.start = {t: self._time_proxy(t) for t in ("cpu", "parallel")}
-                self._save(None)
+                if self.start["parallel"] - self.start["cpu"] < IMPLAUSIBLE_START:
+                    self._save(None)
         return self.start
 
     def _time_proxy(self, target: str, n: int = 16, repeat: int = 21) -> float:
