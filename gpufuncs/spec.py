@@ -278,6 +278,15 @@ class KernelSpec:
     arg_names: tuple[str, ...] = ()
     benchmark: Benchmark | None = None
 
+    def __post_init__(self) -> None:
+        if self.nin == 0:
+            # NumPy's typed ufuncs all take inputs (only np.frompyfunc's object ufuncs may
+            # not): with none, no loop can be selected from the inputs' dtypes, and Numba's
+            # @vectorize of a function without arguments crashes the process when called.
+            raise KernelDefinitionError(
+                f"kernel {self.name!r} takes no inputs; a kernel needs at least one input "
+                "(pass a dummy input, or fill an array with numpy.full)")
+
     @property
     def is_gufunc(self) -> bool:
         return self.layout is not None

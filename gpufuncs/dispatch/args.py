@@ -149,12 +149,22 @@ def device_arrays_of(obj: Any) -> DeviceArrays | None:
     return None
 
 
-def overriding(objs: Sequence[Any]) -> list[Any]:
+_NOT_SET: Any = object()
+
+
+def overriding(name: str, objs: Sequence[Any]) -> list[Any]:
     """Arguments whose type overrides ``__array_ufunc__``, in NumPy's order (NEP 13): subclasses
-    before superclasses, otherwise left to right, one per type (device arrays excluded)."""
+    before superclasses, otherwise left to right, one per type (device arrays excluded).
+
+    An argument whose class sets ``__array_ufunc__ = None`` opts out of ufuncs altogether:
+    ``TypeError`` with NumPy's message, prefixed with the kernel's ``name``.
+    """
     found: list[Any] = []
     for obj in objs:
         cls = type(obj)
+        if getattr(cls, "__array_ufunc__", _NOT_SET) is None:
+            raise TypeError(f"{name}: operand {cls.__name__!r} does not support ufuncs "
+                            "(__array_ufunc__=None)")
         if not overrides_array_ufunc(cls) or device_arrays_of(obj) is not None:
             continue
         if any(type(f) is cls for f in found):

@@ -51,6 +51,7 @@ from .operands import Operands, _array_result, finish_out, finisher, operands_fo
 from .plan import (
     KEYWORDS,
     Call,
+    Fresh,
     build_plan,
     describe_input,
     describe_out,
@@ -80,28 +81,30 @@ class ResolvedCall:
         ``parallel`` per call from what ``auto`` learned.
     """
 
-    __slots__ = ("_executor", "_finish", "_nin", "_ops", "_out_checks", "_outs_from", "_run",
-                 "_stop", "_stream", "_ufunc", "_where", "plan", "target")
+    __slots__ = ("_executor", "_finish", "_fresh", "_nin", "_nout", "_ops", "_out_checks",
+                 "_outs_from", "_run", "_stop", "_stream", "_ufunc", "_where", "plan", "target")
 
     def __init__(self, kernel: Kernel, call: Call, ops: Operands, target: str, executor: Callable,
-                 where_converted: bool) -> None:
+                 where_converted: bool, fresh: Fresh = None) -> None:
         spec = kernel.spec
         self.plan, self.target, self._executor = ops.plan, target, executor
-        self._ops, self._ufunc = ops, kernel
-        self._nin = spec.nin
+        self._ops, self._ufunc, self._fresh = ops, kernel, fresh
+        self._nin, self._nout = spec.nin, spec.nout
         self._stop = spec.nin + len(call.sizes)  # where positional outputs start
-        self._outs_from = "args" if call.out_positional else ("out" if call.outs is not None else None)
-        self._out_checks = tuple(_writable_check(o) for o in call.outs or ())
+        self._outs_from = None if call.outs is None else ("args" if call.out_positional else "out")
+        self._out_checks = tuple(None if o is None else _writable_check(o) for o in call.outs or ())
         self._where = "convert" if where_converted else ("given" if "where" in _given(call) else None)
         self._stream = "stream" in call.options
         self._finish = finisher(kernel, ops.plan, ops, spec.nout)
-        # The same steps, without the ones this call signature never needs.
-        simple = self._where is None and not self._stream and ops.plain
-        if simple and self._outs_from is None and not call.sizes and self._finish is _array_result:
+        # The same steps, without the ones this call signature never needs. Positional outputs
+        # that are all None (``exp(x, None)``: allocate, as NumPy) are cut off like sizes.
+        extra = call.sizes or call.out_positional
+        simple = self._where is None and not self._stream and ops.plain and fresh is None
+        if simple and self._outs_from is None and not extra and self._finish is _array_result:
             self._run = self._plain_array
         elif simple and self._outs_from is None:
-            self._run = self._plain if not call.sizes else self._sized
-        elif (self._where != "convert" and not self._stream and ops.plain and
+            self._run = self._plain if not extra else self._sized
+        elif (self._where != "convert" and not self._stream and ops.plain and fresh is None and
               self._outs_from == "out" and spec.nout == 1):
             self._run = self._one_out
         else:
@@ -141,20 +144,35 @@ class ResolvedCall:
         elif self._where == "convert":
             where = np.asarray(where, dtype=bool)
         stream = kwargs["stream"] if self._stream else None
-        if self._outs_from is None:
+        if self._outs_from is None and self._fresh is None:
             return self._finish(self._executor(inputs, None, where, stream), given)
-        outs = args[self._stop:] if self._outs_from == "args" else out
+        outs = () if self._outs_from is None else args[self._stop:] if self._outs_from == "args" else out
         if type(outs) is not tuple:
             outs = (outs,)
         for writable, array in zip(self._out_checks, outs):
             if writable is not None and not writable(array):
                 _read_only(self._ufunc.spec, array)
+        if self._fresh is not None:  # new arrays for the outputs left to allocate
+            outs = (*outs, *(None,) * (self._nout - len(outs)))
+            outs = tuple(o if f is None else np.empty(f[0], f[1], order=f[2])
+                         for o, f in zip(outs, self._fresh))
         arrays = tuple(map(np.asarray, outs)) if self._ops.outs_as_arrays else outs
         if self._ops.staged:
             stage(self._executor, self.plan, inputs, arrays, where, stream)
         else:
             self._executor(inputs, arrays, where, stream)
-        return finish_out(self._ufunc, outs, given)
+        if self._fresh is None:
+            return finish_out(self._ufunc, outs, given)
+        return self._finish_fresh(outs, given)
+
+    def _finish_fresh(self, outs: tuple[Any, ...], given: tuple[Any, ...]) -> Any:
+        """What NumPy returns when it allocated some outputs: those as a call without ``out=``
+        returns them (wrapped, 0-d as scalars), the ``out=`` arrays as a call with them does."""
+        new = self._finish(outs, given)
+        if self._outs_from is None:
+            return new
+        kept = finish_out(self._ufunc, outs, given)
+        return tuple(k if f is None else n for k, n, f in zip(kept, new, self._fresh))
 
 
 def _given(call: Call) -> set[str]:
@@ -337,18 +355,20 @@ class Kernel:
             info, converted = describe_input(spec, value, i)
             infos.append(info)
             values.append(converted)
-        outs = [describe_out(spec, o) for o in call.outs] if call.outs is not None else None
+        outs = None if call.outs is None else [None if o is None else describe_out(spec, o)
+                                               for o in call.outs]
         where, mask = where_arg(spec, call.where)
         if where is not None and outs is None:
             warnings.warn(f"{spec.name}: 'where' used without 'out', expect uninitialized memory "
                           "in the output. If this is intentional, use out=None.", UserWarning,
                           stacklevel=3)
-        ops = operands_for(build_plan(spec, call, infos, outs, where), call.inputs, values, infos)
+        plan, fresh = build_plan(spec, call, infos, outs, where)
+        ops = operands_for(plan, call.inputs, values, infos)
         target, executor = self._choose_target(call, ops.plan)
         if executor is None:
             executor = get_target(target).prepare(spec, self.compiled(target), ops.plan)
         resolved = ResolvedCall(self, call, ops, target, executor,
-                                where is not None and mask is not call.where)
+                                where is not None and mask is not call.where, fresh)
         if key is not None:
             table = self._resolved[call.target]
             if len(table) >= RESOLVED_CACHE_SIZE:
@@ -381,7 +401,7 @@ class Kernel:
 
     def _override(self, call: Call) -> Callable[..., Any] | None:
         """A call that defers to an argument's ``__array_ufunc__`` (Dask, xarray, ...), if any."""
-        candidates = overriding([*call.inputs, *(call.outs or ())])
+        candidates = overriding(self.__name__, [*call.inputs, *(call.outs or ())])
         if not candidates:
             return None
         # NumPy's protocol has no target; the override calls this kernel per block and each

@@ -77,7 +77,7 @@ def _defer(kernel: Kernel, method: str, inputs: tuple[Any, ...], out: Any, kwarg
     """The result of an override's ``__array_ufunc__`` for ``method``, or :data:`NO_VALUE`
     when no argument (``out`` included) overrides it."""
     outs = () if out is None else (out if isinstance(out, tuple) else (out,))
-    candidates = overriding([*inputs, *outs])
+    candidates = overriding(f"{kernel.__name__}.{method}", [*inputs, *outs])
     if not candidates:
         return NO_VALUE
     refuse_target(kernel.__name__, target, candidates[0])

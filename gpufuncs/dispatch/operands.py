@@ -155,7 +155,10 @@ Finish = Callable[[tuple[Any, ...], tuple[Any, ...]], Any]
 
 def finisher(ufunc: Any, plan: Plan, ops: Operands, nout: int) -> Finish:
     """``finish(results, inputs)``: the call's return value from the executor's new results."""
-    scalar = not any(s for s in plan.out_shapes) and all(a.role != DEVICE for a in plan.inputs)
+    # Like NumPy, each 0-d result is returned as a scalar (a device call's stay device arrays).
+    on_host = all(a.role != DEVICE for a in plan.inputs)
+    zero_d = tuple(on_host and not s for s in plan.out_shapes)
+    scalar = all(zero_d)
     wrap = ops.wrap
     if wrap is not None:
         def wrapped(results: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
@@ -164,7 +167,7 @@ def finisher(ufunc: Any, plan: Plan, ops: Operands, nout: int) -> Finish:
             return done[0] if nout == 1 else done
         return wrapped
     if nout > 1:
-        return lambda results, inputs: tuple(r[()] for r in results) if scalar else tuple(results)
+        return lambda results, inputs: tuple(r[()] if z else r for r, z in zip(results, zero_d))
     return _scalar_result if scalar else _array_result
 
 

@@ -12,14 +12,14 @@ first safe loop would be float16 for int8 (see docs/semantics.md).
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from ..spec import KernelSpec
-from ..targets import HOST, SCALAR, Arg, Plan
-from ..targets.base import is_contiguous
+from ..targets import DEVICE, HOST, SCALAR, Arg, Plan
+from ..targets.base import c_strides, is_contiguous
 from .args import describe
 
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
@@ -67,7 +67,7 @@ def parse_call(spec: KernelSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
     positional = args[least:]
     if positional and "out" in kwargs:  # even out=None, as NumPy
         raise TypeError(f"{spec.name}: cannot specify 'out' as both a positional and keyword argument")
-    outs = normalize_out(spec, positional if positional else kwargs.get("out"))
+    outs = normalize_out(spec, positional, True) if positional else normalize_out(spec, kwargs.get("out"))
     given = {k: v for k, v in kwargs.items() if k in KEYWORDS and k != "out"}
     return Call(inputs=list(args[: spec.nin]), sizes=sizes, outs=outs, out_positional=bool(positional),
                 options={k: v for k, v in kwargs.items() if k in options}, **given)
@@ -85,17 +85,28 @@ def _size(spec: KernelSpec, name: str, value: Any) -> int:
     return size
 
 
-def normalize_out(spec: KernelSpec, out: Any) -> tuple[Any, ...] | None:
-    """``out=`` as a tuple of ``nout`` arrays, or ``None``."""
+def normalize_out(spec: KernelSpec, out: Any, positional: bool = False) -> tuple[Any, ...] | None:
+    """``out=`` as a tuple of ``nout`` entries, or ``None`` when every entry is ``None``.
+
+    As NumPy: an entry ``None`` is an output to allocate (``np.modf(x, out=(o, None))``);
+    positional outputs may be fewer than ``nout`` (the rest are allocated); a keyword ``out=``
+    of a kernel with several outputs must be a tuple with one entry per output.
+    """
     if out is None:
         return None
-    outs = out if isinstance(out, tuple) else (out,)
+    if positional:
+        outs = (*out, *(None,) * (spec.nout - len(out)))
+    elif isinstance(out, tuple):
+        outs = out
+    elif spec.nout > 1:
+        raise TypeError(f"{spec.name}: out= must be a tuple of {spec.nout} entries (an array or "
+                        f"None each) for its {spec.nout} outputs, got {type(out).__name__}")
+    else:
+        outs = (out,)
     if len(outs) != spec.nout:
         raise ValueError(f"{spec.name}: out must have {spec.nout} array(s), got {len(outs)}")
     if all(o is None for o in outs):
         return None
-    if any(o is None for o in outs):
-        raise ValueError(f"{spec.name}: give every output in out=, or none")
     return outs
 
 
@@ -209,12 +220,15 @@ def _checked_as(dtype: Any, nin: int) -> Any:
     return dtype
 
 
-def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg] | None,
-               where: Arg | None) -> Plan:
-    """Validate dtypes, casting, order and shapes of a call; return its :class:`Plan`."""
+def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg | None] | None,
+               where: Arg | None) -> tuple[Plan, Fresh]:
+    """Validate dtypes, casting, order and shapes of a call; return its :class:`Plan` and the
+    outputs the call allocates itself (see :func:`fresh_outputs`). ``outs``: the ``out=``
+    entries, ``None`` for one to allocate."""
     dtypes = [a.dtype for a in inputs]
     loop_dtype, result_dtype = resolve_loop(spec, dtypes, call.dtype)
-    check_casting(spec, dtypes, result_dtype, [o.dtype for o in outs or ()], call.casting)
+    check_casting(spec, dtypes, result_dtype, [o.dtype for o in outs or () if o is not None],
+                  call.casting)
     if call.order not in ORDERS:
         raise ValueError(f"{spec.name}: order must be one of {ORDERS}, got {call.order!r}")
     loop_shape, out_shapes, core = _shapes(spec, [a.shape for a in inputs], outs, call.sizes,
@@ -222,10 +236,57 @@ def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg] 
     layout = spec.layout
     cores = tuple(len(d) for d in (*layout.inputs, *layout.outputs)) if layout else \
         (0,) * (spec.nin + spec.nout)
-    return Plan(loop=spec.loop_for(loop_dtype), result_dtype=result_dtype, loop_shape=loop_shape,
+    plan = Plan(loop=spec.loop_for(loop_dtype), result_dtype=result_dtype, loop_shape=loop_shape,
                 out_shapes=out_shapes, core_sizes=core, order=_alloc_order(call.order, inputs),
                 inputs=tuple(inputs), outs=tuple(outs) if outs else None, where=where, cores=cores,
                 device=call.options.get("device"))
+    return fresh_outputs(spec, plan)
+
+
+#: Per output, ``(shape, dtype, order)`` of a new array the call allocates before the executor
+#: runs, ``None`` for an ``out=`` array; ``None`` as a whole when the executor allocates.
+Fresh = tuple[tuple[tuple[int, ...], np.dtype, str] | None, ...] | None
+
+
+def fresh_outputs(spec: KernelSpec, plan: Plan) -> tuple[Plan, Fresh]:
+    """The plan as the executor runs it, with the outputs dispatch allocates on each call
+    described as ``out=`` arrays, and what to allocate.
+
+    Two kinds of calls allocate their outputs here, as new host arrays in ``plan.order``:
+
+    * ``out=`` with some entries ``None`` (``out=(o1, None)``): NumPy allocates those;
+    * a gufunc whose allocated outputs have ``order='F'`` over more than one dimension (NumPy
+      lays out the whole output, core dimensions included, in Fortran order), which the flat
+      loops, writing C-contiguous rows, do not give: given as ``out=``, the call takes a path
+      that writes any layout.
+
+    Calls with device arrays leave allocation to their target (a device gufunc's outputs have
+    the target's layout), and cannot leave some outputs to allocate (``TypeError``).
+    """
+    on_device = any(a.role == DEVICE for a in (*plan.inputs, *(o for o in plan.outs or () if o)))
+    if plan.outs is not None and None in plan.outs:
+        if on_device:
+            raise TypeError(f"{spec.name}: out= with some entries None is not supported with device "
+                            "arrays; give every output, or none")
+        missing = [o is None for o in plan.outs]
+    elif (spec.layout is not None and plan.outs is None and plan.order == "F" and not on_device
+          and any(len(s) > 1 for s in plan.out_shapes)):
+        missing = [True] * spec.nout
+    else:
+        return plan, None
+    fresh = tuple((shape, plan.result_dtype, plan.order) if new else None
+                  for shape, new in zip(plan.out_shapes, missing))
+    outs = tuple(_new_array(*f) if f is not None else o for f, o in zip(fresh, plan.outs or fresh))
+    return replace(plan, outs=outs), fresh
+
+
+def _new_array(shape: tuple[int, ...], dtype: np.dtype, order: str) -> Arg:
+    """The :class:`Arg` of ``np.empty(shape, dtype, order=order)``."""
+    if order == "F":
+        strides = c_strides(shape[::-1], dtype.itemsize)[::-1]
+    else:
+        strides = c_strides(shape, dtype.itemsize)
+    return Arg(HOST, np.ndarray, dtype, shape, strides)
 
 
 def _shapes(spec: KernelSpec, shapes: list[tuple[int, ...]], outs: list[Arg] | None,
@@ -244,13 +305,15 @@ def _shapes(spec: KernelSpec, shapes: list[tuple[int, ...]], outs: list[Arg] | N
         raise ValueError(f"{spec.name}: operands could not be broadcast together with "
                          f"shapes {shown}") from None
     for o, dims in zip(outs or (), out_cores):
+        if o is None:
+            continue
         # Like NumPy, inputs may broadcast up to out's loop shape, never the reverse.
         out_loop = _bind_core(spec, o.shape, dims, core, "out=")
         if _broadcasts_to(loop_shape, out_loop):
             loop_shape = out_loop
     out_shapes = tuple(loop_shape + tuple(core[d] for d in dims) for dims in out_cores)
     for o, want in zip(outs or (), out_shapes):
-        if o.shape != want:
+        if o is not None and o.shape != want:
             raise ValueError(f"{spec.name}: out= has shape {o.shape}, the result has shape {want}")
     return loop_shape, out_shapes, core
 
