@@ -379,10 +379,7 @@ class Kernel:
     def _choose_target(self, call: Call, plan: Plan) -> tuple[str, Callable | None]:
         """The target, and its executor where the choice made one: ``auto`` on the host may
         pick ``cpu`` or ``parallel`` per call, as ``"auto"`` (see ``targets.cpu.auto``)."""
-        target, executor = call.target, None
-        if target not in TARGET_NAMES:
-            raise ValueError(f"{self.__name__}: unknown target {target!r}; valid targets: "
-                             f"{', '.join(TARGET_NAMES)}")
+        target, executor = call.target, None  # a valid name: checked by parse_call
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         on_device = any(a.role == DEVICE for a in arrays)
         if target == "auto" and on_device:

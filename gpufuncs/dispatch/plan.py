@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..spec import KernelSpec
-from ..targets import DEVICE, HOST, SCALAR, Arg, Plan
+from ..targets import DEVICE, HOST, SCALAR, Arg, Plan, check_target
 from ..targets.base import c_strides, is_contiguous
 from .args import describe
 
@@ -55,6 +55,7 @@ def parse_call(spec: KernelSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
     unknown = [k for k in kwargs if k not in KEYWORDS and k not in options]
     if unknown:
         raise TypeError(f"{spec.name}() got unsupported keyword argument(s): {', '.join(sorted(unknown))}")
+    check_target(spec.name, kwargs.get("target", "auto"))
     dims = spec.layout.output_only_dims if spec.layout else ()
     least, most = spec.nin + len(dims), spec.nin + len(dims) + spec.nout
     if not least <= len(args) <= most:

@@ -30,31 +30,47 @@ from .cpu import auto_host_target as _auto_host_target
 from .cpu.auto import AutoTarget
 from .cuda.recognize import CudaArrays
 
-#: Targets by name. ``cuda`` is created on first use (importing gpufuncs must never need a GPU).
-_TARGETS: dict[str, Target] = {"cpu": CpuTarget("cpu"), "parallel": CpuTarget("parallel")}
 
-#: ``target="auto"`` on host arrays: what it learned of this machine and of each kernel.
-AUTO_HOST = AutoTarget(_TARGETS["cpu"], _TARGETS["parallel"])
+class Targets:
+    """The one registry of targets: every name ``target=`` accepts, each target object (made on
+    first use: ``cuda`` must never need a GPU to import gpufuncs), and ``auto``'s host state."""
 
-#: The names accepted by ``target=``.
-TARGET_NAMES: tuple[str, ...] = ("auto", "cpu", "parallel", "cuda")
+    #: The names accepted by ``target=``.
+    names: tuple[str, ...] = ("auto", "cpu", "parallel", "cuda")
+
+    def __init__(self) -> None:
+        self._made: dict[str, Target] = {"cpu": CpuTarget("cpu"), "parallel": CpuTarget("parallel")}
+        #: ``target="auto"`` on host arrays: what it learned of this machine and of each kernel.
+        self.auto_host = AutoTarget(self._made["cpu"], self._made["parallel"])
+
+    def check(self, kernel: str, name: Any) -> None:
+        """Raise ``ValueError`` naming ``kernel`` unless ``target=name`` is valid (checked when a
+        call is parsed, before anything else is decided)."""
+        if not isinstance(name, str) or name not in self.names:
+            raise ValueError(f"{kernel}: unknown target {name!r}; valid targets: {', '.join(self.names)}")
+
+    def get(self, name: str) -> Target:
+        """Return the target called ``name`` (``cpu``, ``parallel`` or ``cuda``)."""
+        if name == "cuda" and "cuda" not in self._made:
+            from .cuda import CudaTarget
+
+            self._made["cuda"] = CudaTarget()
+        try:
+            return self._made[name]
+        except KeyError:
+            concrete = ", ".join(n for n in self.names if n != "auto")
+            raise ValueError(f"unknown target {name!r}; compiled targets: {concrete} "
+                             "('auto' chooses one of them per call)") from None
+
+
+TARGETS = Targets()
+TARGET_NAMES = Targets.names
+AUTO_HOST = TARGETS.auto_host
+get_target = TARGETS.get
+check_target = TARGETS.check
 
 #: How each device target recognises its arrays (a class check, without importing its runtime).
 DEVICE_ARRAYS: tuple[DeviceArrays, ...] = (CudaArrays(),)
-
-
-def get_target(name: str) -> Target:
-    """Return the target called ``name`` (``cpu``, ``parallel`` or ``cuda``)."""
-    if name == "cuda" and "cuda" not in _TARGETS:
-        from .cuda import CudaTarget
-
-        _TARGETS["cuda"] = CudaTarget()
-    try:
-        return _TARGETS[name]
-    except KeyError:
-        concrete = ", ".join(n for n in TARGET_NAMES if n != "auto")
-        raise ValueError(f"unknown target {name!r}; compiled targets: {concrete} "
-                         "('auto' chooses one of them per call)") from None
 
 
 def auto_host_target(spec: Any, plan: Plan, compiled: Callable[[str], Any]) -> tuple[str, Executor | None]:
@@ -99,6 +115,7 @@ __all__ = [
     "HOST",
     "NUMPY_SCALAR",
     "SCALAR",
+    "TARGETS",
     "TARGET_NAMES",
     "UNKEYABLE",
     "Arg",
@@ -110,6 +127,7 @@ __all__ = [
     "TargetUnavailableError",
     "auto_host_target",
     "available_targets",
+    "check_target",
     "get_target",
     "measured_crossovers",
     "set_parallel_min_size",
