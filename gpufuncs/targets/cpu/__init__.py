@@ -463,9 +463,20 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
         buffer = np.empty(min(BLOCK_ELEMENTS, given.size), dtype)
         for index in _blocks(shape, BLOCK_ELEMENTS):
             target = given[index]
-            part = buffer[: target.size].reshape(target.shape)
-            compute([_block_of(a, shape, index) for a in args], part)
-            np.copyto(target, part, casting="unsafe", where=_block_of(where, shape, index))
+            block = [_block_of(a, shape, index) for a in args]
+            mask = _block_of(where, shape, index)
+            if mask is True:
+                part = buffer[: target.size].reshape(target.shape)
+                compute(block, part)
+                np.copyto(target, part, casting="unsafe")
+                continue
+            # Only the elements the mask selects are computed, as NumPy's masked loops do: the
+            # kernel never sees (and cannot raise on) the others.
+            mask = np.broadcast_to(mask, target.shape)
+            picked = [np.broadcast_to(a, target.shape)[mask] if np.ndim(a) else a for a in block]
+            part = buffer[: np.count_nonzero(mask)]
+            compute(picked, part)
+            target[mask] = part
         return (given,)
 
     return execute
@@ -478,8 +489,6 @@ def _c_contiguous(a: Arg) -> bool:
 def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     ufunc = compiled.numba_object(serial=not threaded)
     dtype, loop_shape = plan.loop.dtype, plan.loop_shape
-    nin = len(plan.inputs)
-    cores = plan.cores[nin:]
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
     elementwise = _elementwise(plan)
@@ -501,12 +510,19 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
                   for a, c in zip(inputs, plan.cores)]
         for index in _blocks(loop_shape, rows):
             args = [np.asarray(_block_of(a, s, index), dtype=dtype) for a, s in zip(inputs, shapes)]
-            bufs = [np.empty(r[index].shape, dtype) for r in results]
-            ufunc(*args, *bufs)
             mask = _block_of(where, loop_shape, index)
-            for r, buf, core in zip(results, bufs, cores):
-                np.copyto(r[index], buf, casting="unsafe",
-                          where=mask if mask is True else mask[(..., *(np.newaxis,) * core)])
+            if mask is not True:  # only the rows the mask selects are computed (see _numba_ufunc)
+                mask = np.broadcast_to(mask, np.broadcast_to(False, loop_shape)[index].shape)
+                args = [np.broadcast_to(a, mask.shape + a.shape[a.ndim - c:] if c else mask.shape)[mask]
+                        if a.ndim else a for a, c in zip(args, plan.cores)]
+            bufs = [np.empty(r[index][mask].shape if mask is not True else r[index].shape, dtype)
+                    for r in results]
+            ufunc(*args, *bufs)
+            for r, buf in zip(results, bufs):
+                if mask is True:
+                    np.copyto(r[index], buf, casting="unsafe")
+                else:
+                    r[index][mask] = buf
         return tuple(results)
 
     return execute
