@@ -176,3 +176,70 @@ def test_what_a_kernel_reads_through_modules_is_in_its_digest(monkeypatch):
         digests.append(cache.dependency_digest(kernel))
     assert None not in digests
     assert len(set(digests)) == 4
+
+
+# -- replaced kernels are freed ------------------------------------------------------------------
+def _define_in_module_globals(name: str) -> None:
+    """Define kernel ``name`` and bind it in this module's globals, as a notebook cell does: the
+    kernel's compiled code then comes from a function whose module holds the kernel itself."""
+
+    @gf.ufunc(signatures=["float64(float64)"], reference=None, replace=True, name=name)
+    def kernel(x):
+        return x * 2.0 + 1.0
+
+    globals()[name] = kernel
+
+
+def _call_everywhere(kernel, x: np.ndarray, strided: bool) -> None:
+    for target in ("cpu", "parallel"):
+        np.testing.assert_array_equal(kernel(x, target=target), x * 2.0 + 1.0)
+        if strided:
+            np.testing.assert_array_equal(kernel(x[::2], target=target), x[::2] * 2.0 + 1.0)
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_a_replaced_kernel_is_freed(restore_registry, strided):
+    import gc
+    import weakref
+
+    name = f"replaced_kernel_{int(strided)}"
+    x = np.linspace(0.0, 1.0, 100_000)
+    _define_in_module_globals(name)
+    old = globals()[name]
+    _call_everywhere(old, x, strided)
+    gone = [weakref.ref(o) for o in (old, old.spec, old.spec.pyfunc, *old._compiled.values())]
+    del old
+    _define_in_module_globals(name)
+    _call_everywhere(globals()[name], x, strided)
+    gc.collect()
+    assert [r() for r in gone] == [None] * len(gone)
+    del globals()[name]
+
+
+@pytest.mark.slow
+def test_replacing_a_kernel_twenty_times_keeps_no_memory(restore_registry):
+    # Numba's DUFunc (the cpu target's Numba ufunc, built for strided calls) registers itself in
+    # Numba's typing context for good: flat calls only here. tracemalloc sees Python's memory
+    # (the kernels, their calls, Numba's IR); machine code Numba never frees in any case.
+    import gc
+    import tracemalloc
+
+    x = np.linspace(0.0, 1.0, 100_000)
+    for _ in range(3):
+        _define_in_module_globals("replaced_kernel_m")
+        _call_everywhere(globals()["replaced_kernel_m"], x, strided=False)
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20):
+            _define_in_module_globals("replaced_kernel_m")
+            _call_everywhere(globals()["replaced_kernel_m"], x, strided=False)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        del globals()["replaced_kernel_m"]
+    # Measured: 0.4 MiB (before the kernel's globals were copied only as far as its code reads
+    # them: 2.6 MiB, every replaced kernel kept).
+    assert grown < 1.5 * 2**20
