@@ -24,6 +24,7 @@ from typing import Any
 
 import numba
 import numpy as np
+from numba.core import sigutils
 from numba.core import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
@@ -219,9 +220,24 @@ class CpuTarget(Target):
             return _executor(spec, compiled, plan, threaded=False)
         # Numba's threading layer can take the process down: see layers.py.
         serial = functools.partial(_executor, spec, compiled, plan, threaded=False)
-        if not GUARD.parallel_usable:
+        if not GUARD.parallel_usable or not _raises_from_threads(spec, compiled, plan):
             return serial()
         return GUARD.wrap(_executor(spec, compiled, plan, threaded=True), serial)
+
+
+def _raises_from_threads(spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> bool:
+    """Whether the threaded executor of ``plan`` raises the kernel's exceptions as ``cpu`` does.
+
+    The flat loops do (see :mod:`.loops`). Numba's parallel ufunc and gufunc objects run the
+    kernel on their threads and lose its exception: the call returns with elements never
+    written, or fails with a ``SystemError``. Calls that take them run serially if the kernel
+    can raise at all, as compiled for the types those objects compile it with.
+    """
+    if _flat_order(spec, plan) is not None:
+        return True
+    argtypes, _ = sigutils.normalize_signature(plan.loop.signature)
+    may_raise = _compile(spec, "parallel", lambda: loops.may_raise(compiled.scalar(), tuple(argtypes)))
+    return not may_raise
 
 
 def _executor(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
@@ -319,6 +335,21 @@ def _elementwise(plan: Plan) -> bool:
     return not any(plan.cores)
 
 
+def _checked(spec: KernelSpec, threaded: Callable[..., int]) -> Callable[..., None]:
+    """A parallel flat loop that raises where it returns an element (see :func:`.loops.ufunc_loops`:
+    the kernel raised on a thread, and not when run again on that element's values)."""
+
+    def run(*args: Any) -> None:
+        found = threaded(*args)
+        if found >= 0:
+            raise RuntimeError(
+                f"kernel {spec.name!r} raised an exception on a thread of target 'parallel' at "
+                f"loop element {found}, and none when run again on the same values: a kernel's "
+                "result must depend on its arguments only")
+
+    return run
+
+
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
     loop, masked, threaded = compiled.loops(plan.loop.dtype, wide=parallel or plan.size >= loops.WIDE_MIN)
     ints = _int_scalars(plan)
@@ -328,8 +359,10 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
     if plan.where is not None:
         where_type = _array_type(plan.where.dtype, len(plan.where.shape))
         run = compiled.compile_loop(masked, (out_type, where_type, _numba_args(plan)))
+    elif parallel:
+        run = _checked(spec, compiled.compile_loop(threaded, (out_type, _numba_args(plan))))
     else:
-        run = compiled.compile_loop(threaded if parallel else loop, (out_type, _numba_args(plan)))
+        run = compiled.compile_loop(loop, (out_type, _numba_args(plan)))
 
     guard = overlap_guard(plan)
     if not ints and not transposed and plan.where is None:
@@ -380,7 +413,10 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         for a, r, t in zip(plan.inputs, rows, _numba_args(plan))))
     outs_type = nbtypes.Tuple(tuple(_array_type(dtype, len(r)) for r in out_rows))
     masks = () if plan.where is None else (_array_type(plan.where.dtype, len(plan.where.shape)),)
+    threads = run is threaded
     run = compiled.compile_loop(run, (outs_type, *masks, args_type))
+    if threads:
+        run = _checked(spec, run)
 
     elementwise = _elementwise(plan)
     if not ints and not any(rows) and out_rows == list(plan.out_shapes):

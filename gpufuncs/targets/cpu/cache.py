@@ -15,7 +15,10 @@ load: a mismatch is a cache miss, never someone else's code.
 
 from __future__ import annotations
 
+import dis
+import enum
 import hashlib
+import sys
 import threading
 import types
 import warnings
@@ -24,6 +27,8 @@ from typing import Any
 
 import numpy as np
 from numba.core.caching import FunctionCache, IndexDataCacheFile
+from numba.core.dispatcher import Dispatcher
+from numba.core.types import Type as NumbaType
 
 
 class DiskCacheWarning(RuntimeWarning):
@@ -139,14 +144,24 @@ def attach(dispatcher: Any, key: str) -> Any:
 #: Values Numba freezes into compiled code as constants, digested by value.
 _CONSTANTS = (type(None), bool, int, float, complex, str, bytes, np.generic, np.dtype)
 
+#: Packages whose functions and objects Numba implements itself (its own typing and lowering,
+#: fixed for their versions and Numba's, which its cache index checks): digested by name.
+_IMPLEMENTED = frozenset({"numpy", "numba", "llvmlite", *sys.stdlib_module_names})
+
+#: Instructions that read an attribute of the value on the stack (3.11: ``LOAD_METHOD`` for a
+#: call; 3.12 on: ``LOAD_ATTR`` for both).
+_ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
 
 def dependency_digest(func: Callable[..., Any]) -> str | None:
     """A digest of what code compiled from ``func`` depends on besides its source file.
 
     That is its bytecode, the values in its closure and defaults (a factory's kernels share
-    their source and differ only there), the global constants it reads (Numba freezes them at
-    compilation), and the same for every function it calls, from any module. ``None`` when a
-    closure or default holds a value this cannot digest: such a kernel is not cached on disk.
+    their source and differ only there), every value Numba freezes into the code at
+    compilation (the globals it reads, and attributes read through global modules, however
+    deep: ``cfg.SCALE``, ``pkg.cfg.SCALE``, an ``Enum`` member), and the same for every
+    function it calls, from any module. ``None`` when one of those values is of a kind this
+    cannot digest: such a kernel is not cached on disk.
 
     Parameters
     ----------
@@ -163,6 +178,7 @@ def dependency_digest(func: Callable[..., Any]) -> str | None:
 
 
 def _feed_function(digest: Any, func: Any, seen: set[int]) -> bool:
+    """Digest a function Numba compiles from its Python source; ``False`` if it cannot."""
     func = getattr(func, "py_func", func)  # a Numba dispatcher: its Python function
     if not isinstance(func, types.FunctionType):
         return False
@@ -170,16 +186,20 @@ def _feed_function(digest: Any, func: Any, seen: set[int]) -> bool:
         return True
     seen.add(id(func))
     _feed_code(digest, func.__code__)
-    cells = [c.cell_contents if _filled(c) else "<empty cell>" for c in func.__closure__ or ()]
-    values = [*cells, *(func.__defaults__ or ()), *(func.__kwdefaults__ or {}).values()]
-    if not all(_feed_value(digest, v, seen, strict=True) for v in values):
+    cells = dict(zip(func.__code__.co_freevars,
+                     (c.cell_contents if _filled(c) else _EMPTY for c in func.__closure__ or ())))
+    values = [*cells.values(), *(func.__defaults__ or ()), *(func.__kwdefaults__ or {}).values()]
+    if not all(_feed_value(digest, v, seen) for v in values):
         return False
-    names = sorted(global_names(func.__code__))
-    for name in names:
-        if name in func.__globals__:
-            digest.update(name.encode())
-            _feed_value(digest, func.__globals__[name], seen, strict=False)
+    for kind, *path in sorted(attribute_paths(func.__code__)):
+        scope = cells if kind == "LOAD_DEREF" else func.__globals__
+        if path[0] in scope and not _feed_path(digest, scope[path[0]], path, seen):
+            return False
     return True
+
+
+#: What an empty closure cell (a variable assigned after the function was made) digests as.
+_EMPTY = "<empty cell>"
 
 
 def _filled(cell: Any) -> bool:
@@ -210,23 +230,72 @@ def global_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def _feed_value(digest: Any, value: Any, seen: set[int], strict: bool) -> bool:
-    """Digest one value a function reads; ``False`` (when ``strict``) for one it cannot."""
+def attribute_paths(code: types.CodeType) -> set[tuple[str, ...]]:
+    """What ``code`` and the code nested in it read from its globals and closure: tuples of
+    the instruction that loads the name (``LOAD_GLOBAL``, ``LOAD_DEREF``), the name, and the
+    attributes read from it one after the other (``cfg.sub.SCALE``: ``("LOAD_GLOBAL", "cfg",
+    "sub", "SCALE")``)."""
+    paths: set[tuple[str, ...]] = set()
+    path: list[str] = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"):
+            path = ["LOAD_DEREF" if "DEREF" in instruction.opname else "LOAD_GLOBAL", instruction.argval]
+        elif instruction.opname in _ATTRIBUTE_READS and path:
+            path.append(instruction.argval)
+        else:
+            if path:
+                paths.add(tuple(path))
+            path = []
+            continue
+        paths.add(tuple(path))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            paths |= attribute_paths(const)
+    return paths
+
+
+def _feed_path(digest: Any, value: Any, path: list[str], seen: set[int]) -> bool:
+    """Digest the value a name holds and each attribute read from it through modules and
+    ``Enum`` classes (Numba freezes them; an attribute of anything else is read at run time)."""
+    digest.update(".".join(path).encode())
+    for name in path[1:]:
+        if not isinstance(value, types.ModuleType) and not _is_enum_class(value):
+            break
+        value = getattr(value, name, _EMPTY)
+    return _feed_value(digest, value, seen)
+
+
+def _is_enum_class(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, enum.Enum)
+
+
+def _implemented(value: Any) -> bool:
+    """Whether ``value`` belongs to a package Numba implements itself (see :data:`_IMPLEMENTED`)."""
+    module = getattr(value, "__module__", None) or type(value).__module__ or ""
+    return module.partition(".")[0] in _IMPLEMENTED
+
+
+def _feed_value(digest: Any, value: Any, seen: set[int]) -> bool:
+    """Digest one value compiled code may depend on; ``False`` for one it cannot."""
     kind = type(value)
     digest.update(f"{kind.__module__}.{kind.__qualname__}".encode())
     if isinstance(value, _CONSTANTS):
         digest.update(repr(value).encode())
+    elif isinstance(value, enum.Enum):
+        return _feed_value(digest, value.name, seen) and _feed_value(digest, value.value, seen)
     elif isinstance(value, np.ndarray):
         digest.update(f"{value.dtype.str}{value.shape}".encode())
         digest.update(hashlib.sha256(np.ascontiguousarray(value).tobytes()).digest())
     elif isinstance(value, (tuple, list)):
-        return all(_feed_value(digest, v, seen, strict) for v in value)
-    elif isinstance(value, types.FunctionType) or hasattr(value, "py_func"):
-        return _feed_function(digest, value, seen) or not strict
-    elif isinstance(value, (types.ModuleType, type)):
-        digest.update(getattr(value, "__qualname__", value.__name__).encode())
+        return all(_feed_value(digest, v, seen) for v in value)
+    elif isinstance(value, types.ModuleType):
+        digest.update(value.__name__.encode())  # what is read from it: see _feed_path
+    elif isinstance(value, (types.FunctionType, Dispatcher)) and not _implemented(value):
+        return _feed_function(digest, value, seen)
+    elif isinstance(value, (type, NumbaType)) or _implemented(value):
+        # Classes (Numba types them by name), Numba's types, and what Numba implements.
+        digest.update(repr(value).encode() if isinstance(value, NumbaType) else
+                      f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}".encode())
     else:
-        # Globals of other kinds (Numba types, overloads' registrations) are fixed by code the
-        # source digest covers; in a closure such a value may differ between kernels.
-        return not strict
+        return False  # an object of another kind: a lowered constant this cannot see into
     return True

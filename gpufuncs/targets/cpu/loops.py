@@ -12,6 +12,16 @@ over the argument types, so there is no per-arity code and no generated source).
 are left to LLVM's inliner, which inlines them as it does any small function: Numba's own
 ``inline="always"`` re-types the recursion at every call site, which made compiling a loop for
 a new call signature take 4x longer (6 s against 1.5 s on 2 cores) for the same machine code.
+
+A kernel that raises on a thread of a parallel loop cannot raise there: Numba sets the exception
+on that thread (lost, or reported as a ``SystemError`` on the caller's). Each chunk instead runs
+a copy of the serial loop that catches the exception in nopython mode and gives back the index
+it stopped at (``try``/``except`` around the loop: a kernel that cannot raise has no exception
+edges left once inlined, and its loop vectorizes as before). After the chunks, the loop runs the
+kernel once more on the first element that failed, in order (the one a serial loop would have
+stopped at: earlier chunks ran through, and nothing has written that element or its inputs),
+with the serial loop, on the caller's thread: the kernel's own exception, type and message,
+propagates as on ``cpu``.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numba
+import numpy as np
 from numba import prange, types
 from numba.extending import intrinsic, overload
 
@@ -87,6 +98,15 @@ def chunks(rows: int, row_size: int) -> int:
     not Numba's thread count: reading that makes a function uncacheable)."""
     per_chunk = max(1, MIN_CHUNK // max(1, row_size))
     return max(1, min(MAX_CHUNKS, rows // per_chunk))
+
+
+@numba.njit(nogil=True)
+def first_failure(failed: Any) -> int:
+    """The first loop index in ``failed`` (one per chunk, in order; ``-1``: the chunk ran)."""
+    for j in failed:
+        if j >= 0:
+            return j
+    return -1
 
 
 def rows(outs: tuple[Any, ...], i: int) -> tuple[Any, ...]:
@@ -165,6 +185,30 @@ def inline_into_loops(scalar: Any, argtypes: tuple[Any, ...]) -> None:
         pass
 
 
+#: Status codes of Numba's calling convention that do not mean an exception: a value, ``None``.
+_NO_EXCEPTION = (0, -2)
+
+
+def may_raise(scalar: Any, argtypes: tuple[Any, ...]) -> bool:
+    """Whether the scalar function compiled for ``argtypes`` can raise (conservatively ``True``).
+
+    Numba returns a status code from every compiled function, non-zero for an exception (the
+    kernel's own, or one propagated from a function it calls). The question is answered from
+    the optimized code: a function that returns a constant "no exception" status on every
+    ``ret`` cannot raise, whatever its source says (``1 / x`` under NumPy's error model, for
+    instance, is compiled without a raise).
+    """
+    scalar.compile(argtypes)
+    result = scalar.overloads[argtypes]
+    try:
+        function = result.library.get_function(result.fndesc.llvm_func_name)
+        statuses = [next(iter(i.operands)) for b in function.blocks for i in b.instructions
+                    if i.opcode == "ret"]
+        return not all(s.is_constant and s.get_constant_value() in _NO_EXCEPTION for s in statuses)
+    except (AttributeError, NameError, StopIteration, ValueError):  # pragma: no cover - internals
+        return True
+
+
 def _jit(func: Callable[..., Any], key: str | None, **extra: Any) -> Any:
     dispatcher = numba.njit(**options(), **extra)(func)
     return dispatcher if key is None else cache.attach(dispatcher, key)
@@ -180,6 +224,10 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None,
     ``loop`` over a few contiguous chunks per thread, each chunk running the serial loop (so it
     vectorizes the same way). Arrays are C-contiguous of the output's shape (any number of
     dimensions: the loops see them flat). ``key`` keys their disk cache (``None``: none).
+
+    ``parallel`` raises the kernel's exception from the first element that raised (see the
+    module docstring) and returns ``-1``; it returns that element's index if running it again
+    raised nothing (a kernel whose result is not a function of its arguments).
     """
     vectors = wide_vectors if wide else default_vectors
     key = key if key is None or wide else f"{key}:narrow"
@@ -201,13 +249,31 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None,
             if where[i]:
                 out[i] = scalar(*elements(args, i, cast))
 
+    def guarded_body(out, *args):
+        vectors()
+        i = 0
+        try:
+            for i in range(out.size):
+                out[i] = scalar(*elements(args, i, cast))
+        except Exception:  # raised again on the caller's thread: see the module docstring
+            return i
+        return -1
+
+    guarded = _jit(guarded_body, key)
+
     def parallel(out, *args):
         out, args = out.reshape(out.size), flat(args)
         n = out.size
         pieces = chunks(n, 1)
+        failed = np.empty(pieces, np.int64)
         for c in prange(pieces):
             lo, hi = c * n // pieces, (c + 1) * n // pieces
-            serial(out[lo:hi], *sliced(args, lo, hi))
+            i = guarded(out[lo:hi], *sliced(args, lo, hi))
+            failed[c] = i if i < 0 else lo + i
+        j = first_failure(failed)
+        if j >= 0:
+            serial(out[j:j + 1], *sliced(args, j, j + 1))
+        return j
 
     return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
 
@@ -218,7 +284,8 @@ def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tupl
     ``loop(outs, *args)`` calls ``f(*args at i, *rows of outs at i)`` for every row ``i`` of the
     outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it);
     ``masked(outs, where, *args)`` only for the rows where ``where[i]``; ``parallel`` runs the
-    loop over contiguous chunks of rows, a few per thread.
+    loop over contiguous chunks of rows, a few per thread, and raises or returns as
+    :func:`ufunc_loops`' does.
     """
 
     def body(outs, *args):
@@ -231,13 +298,28 @@ def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tupl
             if where[i]:
                 scalar(*(elements(args, i, cast) + rows(outs, i)))
 
-    serial = _jit(body, key)
+    def guarded_body(outs, *args):
+        i = 0
+        try:
+            for i in range(outs[0].shape[0]):
+                scalar(*(elements(args, i, cast) + rows(outs, i)))
+        except Exception:  # raised again on the caller's thread: see the module docstring
+            return i
+        return -1
+
+    serial, guarded = _jit(body, key), _jit(guarded_body, key)
 
     def parallel(outs, *args):
         n = outs[0].shape[0]
         pieces = chunks(n, outs[0].size // max(1, n))
+        failed = np.empty(pieces, np.int64)
         for c in prange(pieces):
             lo, hi = c * n // pieces, (c + 1) * n // pieces
-            serial(sliced(outs, lo, hi), *sliced(args, lo, hi))
+            i = guarded(sliced(outs, lo, hi), *sliced(args, lo, hi))
+            failed[c] = i if i < 0 else lo + i
+        j = first_failure(failed)
+        if j >= 0:
+            serial(sliced(outs, j, j + 1), *sliced(args, j, j + 1))
+        return j
 
     return serial, _jit(masked, key), _jit(parallel, key, parallel=True)

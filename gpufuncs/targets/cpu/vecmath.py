@@ -812,8 +812,12 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     """
     if not isinstance(pyfunc, types.FunctionType):
         raise TypeError(f"with_vector_math needs a Python function, got {type(pyfunc).__name__}")
-    used = global_names(pyfunc.__code__)  # only these: copying every helper in the module is waste
-    scope = {key: _swapped(value) if key in used else value for key, value in pyfunc.__globals__.items()}
+    # Only the names the code reads: copying every helper in the module is waste, and a copy
+    # of the module's globals would hold whatever they held then for as long as the copy lives
+    # (a notebook's earlier kernels: see _SCOPE_NAMES).
+    used = global_names(pyfunc.__code__)
+    scope = {key: _swapped(value) if key in used else value for key, value in pyfunc.__globals__.items()
+             if key in used or key in _SCOPE_NAMES}
     copy = types.FunctionType(pyfunc.__code__, scope, pyfunc.__name__, pyfunc.__defaults__,
                               _swapped_closure(pyfunc.__closure__))
     copy.__kwdefaults__ = pyfunc.__kwdefaults__
@@ -823,6 +827,14 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     copy.__annotations__ = dict(pyfunc.__annotations__)
     copy.__dict__.update(pyfunc.__dict__)
     return copy
+
+
+#: Module globals every copy keeps besides those its code reads (what Python and tools expect of
+#: a function's globals). A copy is compiled and cached by Numba, whose dispatcher keeps its
+#: compiled overloads, and through them the copy and its globals, alive from a process-wide
+#: finalizer until the dispatcher is freed: globals that lead back to the dispatcher (the
+#: kernel that owns it, named in its module) would keep it forever.
+_SCOPE_NAMES = frozenset({"__name__", "__builtins__", "__package__", "__file__"})
 
 
 def _swapped(value: Any) -> Any:

@@ -20,6 +20,7 @@ from numba.np.numpy_support import from_dtype
 
 from ...spec import KernelSpec
 from ..base import interrupts_deferred
+from ..cpu.cache import dependency_digest
 from .compat import SIMULATED, keyed_cache, loaded_kernel
 from .kernels import gufunc_kernel, ufunc_kernel
 from .runtime import BLOCK, get_runtime
@@ -88,10 +89,14 @@ class CudaKernels:
                 body = ufunc_kernel(self.device_function, cast, spec.nin, per_thread)
             else:
                 body = gufunc_kernel(self.device_function, cast)
-            found = cuda.jit(body) if SIMULATED or spec.source_key is None else cuda.jit(cache=True)(body)
-            if not SIMULATED and spec.source_key is not None:
-                # Keyed on the elements per thread too: the variants share the kernel's code.
-                keyed_cache(found, body, f"{spec.source_key}/{per_thread}")
+            # Keyed on the values Numba freezes into the code too (module constants, closures:
+            # see dependency_digest; None: not cached), and on the elements per thread.
+            depends = dependency_digest(spec.pyfunc)
+            key = None if SIMULATED or spec.source_key is None or depends is None else \
+                f"{spec.source_key}:{depends}/{per_thread}"
+            found = cuda.jit(body) if key is None else cuda.jit(cache=True)(body)
+            if key is not None:
+                keyed_cache(found, body, key)
             self._dispatchers[(loop_dtype, per_thread)] = found
         return found
 
