@@ -53,7 +53,8 @@ What to expect, in short:
 - **CPU, one call on contiguous arrays.** `cpu` runs a vectorized loop with the kernel inlined
   and its `math` replaced by vectorizable versions (`gpufuncs/targets/cpu/vecmath.py`);
   `parallel` cuts the same loop into a few contiguous chunks per thread; `auto` picks between
-  them from a crossover it measures once per kernel and dtype on the machine it runs on.
+  them from a crossover it learns from the caller's own calls, per kernel and dtype on the
+  machine it runs on, and keeps on disk.
   Strided and broadcast arrays run through Numba's ufunc machinery instead, which is slower.
 - **CPU, tiny calls.** {overhead} The overhead tables compare it with calling Numba's compiled
   ufunc directly.
@@ -166,7 +167,7 @@ def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
     crossovers = meta.get("auto's measured crossovers (loop elements)")
     if crossovers:
         shown = ", ".join(f"{k} {_number(float(v))}" for k, v in crossovers.items())
-        out += [f"Crossovers `auto` measured for itself in that run (loop elements): {shown}.", ""]
+        out += [f"Crossovers `auto` learned from that run's calls (loop elements): {shown}.", ""]
     return "\n".join(out)
 
 
