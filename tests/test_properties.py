@@ -57,9 +57,12 @@ def test_library_registers_the_builtins():
     assert {"clamp", "exp", "gaussian", "hermite_norm"} <= set(LIBRARY_KERNELS)
 
 
-def test_every_registered_kernel_has_a_reference():
-    missing = [name for name in gf.names() if gf.registry[name].spec.reference is None]
-    assert not missing, f"registered kernels without a reference (cannot be tested): {missing}"
+def test_every_library_kernel_has_a_reference():
+    # (test modules also register kernels without one: ones that raise, hang off their domain
+    # or exist to show a refusal; they are checked where they are defined)
+    assert LIBRARY_KERNELS
+    missing = [name for name in LIBRARY_KERNELS if gf.registry[name].spec.reference is None]
+    assert not missing, f"library kernels without a reference (cannot be tested): {missing}"
 
 
 @pytest.mark.parametrize("target", gf.available_targets())
