@@ -9,13 +9,19 @@ import importlib
 from typing import Any
 
 from .dispatch import Kernel
+from .errors import (
+    CudaCompileError,
+    CudaUnavailableError,
+    DiskCacheWarning,
+    KernelCompileError,
+    KernelDefinitionError,
+    TargetUnavailableError,
+)
 from .registry import float_signatures, get, gufunc, names, registry, ufunc
 from .scalar import as_type, muladd
-from .spec import Benchmark, CupyFormula, KernelDefinitionError, Tolerance
-from .targets import CudaUnavailableError, TargetUnavailableError, available_targets
+from .spec import Benchmark, CupyFormula, Tolerance
+from .targets import available_targets
 from .targets import set_parallel_min_size as set_auto_parallel_min_size
-from .targets.cpu import KernelCompileError
-from .targets.cpu.cache import DiskCacheWarning
 
 __version__ = "0.1.0"
 
@@ -48,6 +54,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Benchmark",
+    "CudaCompileError",
     "CudaUnavailableError",
     "CupyFormula",
     "DiskCacheWarning",

@@ -20,13 +20,11 @@ import numpy as np
 from numba.core import sigutils, types
 from numba.np.numpy_support import as_dtype
 
+from .errors import KernelDefinitionError
+
 #: Loop dtypes a kernel may declare, in the order they must be declared (NumPy resolves a call
 #: to the first loop that fits, so narrower loops come first; see ``check_td_order`` in NumPy).
 LOOP_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-class KernelDefinitionError(ValueError):
-    """A kernel declaration is malformed (bad signatures, layout, or arguments)."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import CudaUnavailableError, TargetUnavailableError
 from .base import (
     DEVICE,
     HOST,
@@ -18,12 +19,10 @@ from .base import (
     SCALAR,
     UNKEYABLE,
     Arg,
-    CudaUnavailableError,
     DeviceArrays,
     Executor,
     Plan,
     Target,
-    TargetUnavailableError,
 )
 from .cpu import CpuTarget
 from .cpu import auto_host_target as _auto_host_target

@@ -39,15 +39,6 @@ import numpy as np
 
 from ..spec import KernelSpec, Loop
 
-
-class TargetUnavailableError(RuntimeError):
-    """The requested target cannot run on this machine."""
-
-
-class CudaUnavailableError(TargetUnavailableError):
-    """``target="cuda"`` was asked for, but no usable GPU, driver or numba-cuda is present."""
-
-
 #: Roles of an argument: a weak Python scalar (NEP 50), a NumPy scalar, a host array (NumPy, or
 #: a subclass), or a device array of the target that recognised it.
 SCALAR, NUMPY_SCALAR, HOST, DEVICE = "scalar", "numpy-scalar", "host", "device"

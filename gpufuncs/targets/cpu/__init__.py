@@ -28,6 +28,7 @@ from numba.core import sigutils
 from numba.core import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
+from ...errors import KernelCompileError
 from ...spec import KernelSpec
 from ..base import (
     HOST,
@@ -46,10 +47,6 @@ from ..base import (
 from . import auto, cache, loops, vecmath
 from .layers import GUARD
 from .vecmath import with_vector_math
-
-
-class KernelCompileError(RuntimeError):
-    """Numba could not compile a kernel for a target; the message keeps Numba's."""
 
 
 def auto_host_target(auto_target: auto.AutoTarget, spec: KernelSpec, plan: Plan,

@@ -30,10 +30,7 @@ from numba.core.caching import FunctionCache, IndexDataCacheFile
 from numba.core.dispatcher import Dispatcher
 from numba.core.types import Type as NumbaType
 
-
-class DiskCacheWarning(RuntimeWarning):
-    """Numba's disk cache could not be used; kernels are compiled in memory instead."""
-
+from ...errors import DiskCacheWarning
 
 _warned = False
 _warn_lock = threading.Lock()

@@ -18,16 +18,13 @@ from numba import cuda
 from numba.core import sigutils, types
 from numba.np.numpy_support import from_dtype
 
+from ...errors import CudaCompileError
 from ...spec import KernelSpec
 from ..base import interrupts_deferred
 from ..cpu.cache import dependency_digest
 from .compat import SIMULATED, keyed_cache, loaded_kernel
 from .kernels import gufunc_kernel, ufunc_kernel
 from .runtime import BLOCK, get_runtime
-
-
-class CudaCompileError(RuntimeError):
-    """A kernel could not be compiled for the cuda target; the message names the kernel."""
 
 
 def elements_per_thread(spec: KernelSpec, loop_dtype: np.dtype, n: int, multiprocessors: int) -> int:
