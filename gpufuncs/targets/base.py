@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -213,6 +214,49 @@ def _unchanged(inputs: Any, outs: tuple[Any, ...]) -> Any:
 def _same_elements(a: np.ndarray, o: np.ndarray) -> bool:
     return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype) == \
         (o.__array_interface__["data"][0], o.shape, o.strides, o.dtype)
+
+
+_compiler_hooked = False
+_compiler_hook_lock = threading.Lock()
+
+
+def hold_the_compiler_across_fork() -> None:
+    """Make ``os.fork`` wait for Numba's compiler lock, then llvmlite's (the order compilations
+    take them in; a thread disposing of LLVM objects holds the second alone), and release them
+    on both sides: the forking thread owns them in the child too, which would otherwise inherit
+    them held by a thread it does not have, and hang on its first compilation. CPython does the
+    same with its import lock. Installed by the first compilation (:func:`compiling`), not at
+    import. Only forks from Python (``os.fork``, multiprocessing) run these hooks; ``subprocess``
+    does not wait."""
+    global _compiler_hooked
+    with _compiler_hook_lock:
+        if _compiler_hooked:
+            return
+        _compiler_hooked = True
+    from llvmlite.binding import ffi
+    from numba.core.compiler_lock import global_compiler_lock as compiler
+
+    # llvmlite's private _LLVMLock (a context manager), if this llvmlite has it.
+    llvm = getattr(getattr(ffi, "lib", None), "_lock", None) or contextlib.nullcontext()
+
+    def before() -> None:
+        compiler.acquire()
+        llvm.__enter__()
+
+    def after() -> None:
+        llvm.__exit__(None, None, None)
+        compiler.release()
+
+    os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
+
+
+@contextlib.contextmanager
+def compiling() -> Iterator[None]:
+    """What every compilation runs under: forks wait for it (:func:`hold_the_compiler_across_fork`)
+    and a Ctrl-C is held until it is done (:func:`interrupts_deferred`)."""
+    hold_the_compiler_across_fork()
+    with interrupts_deferred():
+        yield
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ from ..base import (
     Executor,
     Plan,
     Target,
-    interrupts_deferred,
+    compiling,
     is_contiguous,
     mask_before_write,
     overlap_guard,
@@ -88,9 +88,9 @@ def _numba_identity(identity: float | None) -> int | str | None:
 
 def _compile(spec: KernelSpec, target: str, build: Callable[[], Any]) -> Any:
     """``build()``, with errors named after the kernel and the target, and a Ctrl-C held until
-    it is done (an interrupted compilation can break Numba: see ``interrupts_deferred``)."""
+    it is done (an interrupted compilation can break Numba: see ``compiling``)."""
     try:
-        with interrupts_deferred():
+        with compiling():
             return build()
     except Exception as exc:
         raise KernelCompileError(

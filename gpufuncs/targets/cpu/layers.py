@@ -17,14 +17,13 @@ would only work if gpufuncs were the first to run parallel code, and here would 
 serially is also what a pool of one process per core wants. ``tbb`` is both thread- and
 fork-safe, and costs nothing here.
 
-A fork also waits for any compilation under way in another thread (Numba's and llvmlite's locks
-are held across it): a child forked in the middle would inherit those locks held by a thread it
-does not have, and hang on its first compilation.
+The guard watches for forks from the first parallel executor on, not from import; a fork also
+waits for any compilation under way in another thread (see ``base.hold_the_compiler_across_fork``,
+installed by the first compilation).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -66,7 +65,20 @@ class ParallelGuard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.state = UNKNOWN
-        os.register_at_fork(after_in_child=self._after_fork)
+        self._pid = os.getpid()
+        self._hooked = False
+
+    def install(self) -> None:
+        """Watch for forks, from the first parallel executor on (nothing is hooked at import).
+        A process forked before that, from a parent whose own Numba code started GNU OpenMP,
+        is recognised by its pid."""
+        with self._lock:
+            if self._hooked:
+                return
+            self._hooked = True
+            os.register_at_fork(after_in_child=self._after_fork)
+            if os.getpid() != self._pid and _fork_unsafe(current_layer()):
+                self.state = FORKED
 
     def _after_fork(self) -> None:
         # Only the forking thread survives: a lock another thread held stays held forever.
@@ -85,6 +97,7 @@ class ParallelGuard:
     def wrap(self, threaded: Executor, serial: Callable[[], Executor]) -> Executor:
         """``threaded``, made safe; ``serial()`` makes the same call's serial executor (made
         once, on first need)."""
+        self.install()
         fallback: list[Executor] = []
 
         def run(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
@@ -105,29 +118,3 @@ class ParallelGuard:
 
 #: The one guard: the hazards are the process's, whichever kernel or target object runs.
 GUARD = ParallelGuard()
-
-
-def _hold_the_compiler_across_fork() -> None:
-    """Make ``os.fork`` wait for Numba's compiler lock, then llvmlite's (the order compilations
-    take them in; a thread disposing of LLVM objects holds the second alone), and release them
-    on both sides: the forking thread owns them in the child too. CPython does the same with
-    its import lock. Only forks from Python (``os.fork``, multiprocessing) run these hooks;
-    ``subprocess`` does not wait."""
-    from llvmlite.binding import ffi
-    from numba.core.compiler_lock import global_compiler_lock as compiler
-
-    # llvmlite's private _LLVMLock (a context manager), if this llvmlite has it.
-    llvm = getattr(getattr(ffi, "lib", None), "_lock", None) or contextlib.nullcontext()
-
-    def before() -> None:
-        compiler.acquire()
-        llvm.__enter__()
-
-    def after() -> None:
-        llvm.__exit__(None, None, None)
-        compiler.release()
-
-    os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
-
-
-_hold_the_compiler_across_fork()

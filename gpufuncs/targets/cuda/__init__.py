@@ -140,7 +140,8 @@ class CudaTarget(Target):
         """Refuse a kernel that can raise an exception: a CUDA kernel cannot report one (numba-cuda
         drops it outside debug builds, and the thread leaves its output unwritten), so the
         call would return a silently wrong answer. Decided once per kernel and loop, from the
-        kernel compiled for the CPU (see :func:`..cpu.loops.may_raise`)."""
+        kernel compiled for the CPU (see :func:`..cpu.loops.may_raise`; a kernel that does not compile
+        for the CPU is let through)."""
         from numba.core import sigutils
 
         from ..cpu import CpuKernel, loops
@@ -149,7 +150,10 @@ class CudaTarget(Target):
         signature = plan.loop.signature
         if signature not in known:
             argtypes, _ = sigutils.normalize_signature(signature)
-            known[signature] = loops.may_raise(CpuKernel(spec, "cpu").scalar(), tuple(argtypes))
+            try:
+                known[signature] = loops.may_raise(CpuKernel(spec, "cpu").scalar(), tuple(argtypes))
+            except Exception:  # a kernel Numba compiles for the GPU only: nothing to tell from
+                known[signature] = False
         if known[signature]:
             raise TypeError(f"{spec.name}: this kernel can raise an exception, which a CUDA kernel "
                             "cannot report (the GPU would leave the element unwritten); run it with "

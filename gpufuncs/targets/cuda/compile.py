@@ -20,7 +20,7 @@ from numba.np.numpy_support import from_dtype
 
 from ...errors import CudaCompileError
 from ...spec import KernelSpec
-from ..base import interrupts_deferred
+from ..base import compiling
 from ..cpu.cache import dependency_digest
 from .compat import SIMULATED, keyed_cache, loaded_kernel
 from .kernels import gufunc_kernel, ufunc_kernel
@@ -105,7 +105,7 @@ class CudaKernels:
                 return dispatcher
             # Numba compiles an overload once and loads its module per device, in the current
             # context: that of ``device`` here.
-            with interrupts_deferred(), get_runtime(device).current():
+            with compiling(), get_runtime(device).current():
                 return loaded_kernel(dispatcher.compile(argtypes))
         except Exception as exc:
             raise CudaCompileError(
