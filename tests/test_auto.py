@@ -207,7 +207,8 @@ def test_a_new_process_measures_nothing(kernels, tmp_path):
     the kernels from its calls; the next one finds all of it on disk."""
     folder = Path(kernels.__file__).parent
     env = {**os.environ, "GPUFUNCS_CACHE_DIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join([str(folder), str(Path(gf.__file__).parents[1])])}
+           "PYTHONPATH": os.pathsep.join([str(folder), str(Path(gf.__file__).parents[1]),
+                                          os.environ.get("PYTHONPATH", "")])}
 
     def run() -> dict:
         done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], env=env,

@@ -111,7 +111,7 @@ def _write_modules(where: Path, scale: int) -> None:
 
 def _run(where: Path, cache_dir: Path, targets: tuple[str, ...]) -> dict[str, list[float]]:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": os.pathsep.join([str(where), str(ROOT)])}
+           "PYTHONPATH": os.pathsep.join([str(where), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", RUN, *targets], cwd=where, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
