@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import weakref
 from typing import Any
 
 import numpy as np
@@ -101,8 +100,6 @@ class CudaTarget(Target):
 
     def __init__(self) -> None:
         self._host_resources: Any = None  # host.Resources, made on the first host-array call
-        #: ``spec -> {loop signature: whether the kernel can raise}`` (see :meth:`_refuse_raising`).
-        self._raising: weakref.WeakKeyDictionary[KernelSpec, dict[str, bool]] = weakref.WeakKeyDictionary()
 
     def unavailable_reason(self) -> str | None:
         return _unavailable_reason()
@@ -123,8 +120,6 @@ class CudaTarget(Target):
         chunks, on ``device=`` (one GPU or all) or the current GPU."""
         from . import device, host  # imported on the first call: they need numba.cuda
         from .runtime import device_count, get_runtime
-
-        self._refuse_raising(spec, plan)
         devices = call_devices(spec, plan, device_count())
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         if not any(a.role == DEVICE for a in arrays):
@@ -135,26 +130,3 @@ class CudaTarget(Target):
         # thread): loading kernels and allocating need the context current there too.
         with get_runtime(devices[0]).current():
             return device.prepare(spec, compiled, plan, devices[0])
-
-    def _refuse_raising(self, spec: KernelSpec, plan: Plan) -> None:
-        """Refuse a kernel that can raise an exception: a CUDA kernel cannot report one (numba-cuda
-        drops it outside debug builds, and the thread leaves its output unwritten), so the
-        call would return a silently wrong answer. Decided once per kernel and loop, from the
-        kernel compiled for the CPU (see :func:`..cpu.loops.may_raise`; a kernel that does not compile
-        for the CPU is let through)."""
-        from numba.core import sigutils
-
-        from ..cpu import CpuKernel, loops
-
-        known = self._raising.setdefault(spec, {})
-        signature = plan.loop.signature
-        if signature not in known:
-            argtypes, _ = sigutils.normalize_signature(signature)
-            try:
-                known[signature] = loops.may_raise(CpuKernel(spec, "cpu").scalar(), tuple(argtypes))
-            except Exception:  # a kernel Numba compiles for the GPU only: nothing to tell from
-                known[signature] = False
-        if known[signature]:
-            raise TypeError(f"{spec.name}: this kernel can raise an exception, which a CUDA kernel "
-                            "cannot report (the GPU would leave the element unwritten); run it with "
-                            "target='cpu' or 'parallel', or return NaN instead of raising")

@@ -54,6 +54,7 @@ class CudaKernels:
         self._launchable: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self._lock = threading.Lock()
         self._numba_object: Any = None
+        self._raising: dict[np.dtype, bool] = {}  # loop dtype -> whether the kernel can raise
 
     def numba_object(self) -> Any:
         """Numba's own CUDA ufunc object for this spec (see :func:`numba_object`), built once."""
@@ -74,8 +75,32 @@ class CudaKernels:
             with self._lock:
                 found = self._launchable.get(key)
                 if found is None:
-                    found = self._launchable[key] = self._compile(loop_dtype, argtypes, per_thread, device)
+                    compiled = self._compile(loop_dtype, argtypes, per_thread, device)
+                    self._refuse_raising(loop_dtype)
+                    found = self._launchable[key] = compiled
         return found, per_thread
+
+    def _refuse_raising(self, loop_dtype: np.dtype) -> None:
+        """Refuse a kernel that can raise an exception: a CUDA kernel cannot report one (numba-cuda
+        drops it outside debug builds, and the thread leaves its output unwritten), so the call
+        would return a silently wrong answer. Decided once per loop, before the first launch,
+        from the kernel compiled for the CPU (see ``cpu.loops.may_raise``; a kernel that
+        compiles for the GPU only is let through)."""
+        from ..cpu import CpuKernel, loops
+
+        raising = self._raising.get(loop_dtype)
+        if raising is None:
+            loop = next(loop for loop in self.spec.loops if loop.dtype == loop_dtype)
+            argtypes, _ = sigutils.normalize_signature(loop.signature)
+            try:
+                raising = loops.may_raise(CpuKernel(self.spec, "cpu").scalar(), tuple(argtypes))
+            except Exception:  # nothing to tell from
+                raising = False
+            self._raising[loop_dtype] = raising
+        if raising:
+            raise TypeError(f"{self.spec.name}: this kernel can raise an exception, which a CUDA "
+                            "kernel cannot report (the GPU would leave the element unwritten); run "
+                            "it with target='cpu' or 'parallel', or return NaN instead of raising")
 
     def _dispatcher(self, loop_dtype: np.dtype, per_thread: int) -> Any:
         found = self._dispatchers.get((loop_dtype, per_thread))
