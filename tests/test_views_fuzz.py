@@ -94,11 +94,16 @@ KERNELS = {k.__name__: k for k in (gf.exp, gf.gaussian, gf.clamp, gf.hermite_nor
                                     fuzz_reverse, fuzz_weighted, fuzz_raise)}
 
 
-def _examples() -> int:
-    """Examples per kernel and target (see the module docstring)."""
+#: The kernels of the cuda property: a kernel that can raise is refused there (see refuse_raising).
+CUDA_KERNELS = [name for name in KERNELS if name != "fuzz_raise"]
+
+
+def _examples(kernels: int = len(KERNELS)) -> int:
+    """Examples per kernel and target, for a target tested on ``kernels`` kernels (see the
+    module docstring)."""
     per_target = os.environ.get("GPUFUNCS_FUZZ_EXAMPLES")
     if per_target:
-        return max(1, math.ceil(int(per_target) / len(KERNELS)))
+        return max(1, math.ceil(int(per_target) / kernels))
     return max(4, settings.default.max_examples // 2)
 
 
@@ -121,8 +126,8 @@ def test_views_match_numpy(name, target, data):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", [k for k in KERNELS if k != "fuzz_raise"])  # see refuse_raising
-@settings(max_examples=_examples())
+@pytest.mark.parametrize("name", CUDA_KERNELS)
+@settings(max_examples=_examples(len(CUDA_KERNELS)))
 @given(data=st.data())
 def test_cuda_views_match_numpy(name, data):
     kernel = KERNELS[name]
