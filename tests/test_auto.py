@@ -134,6 +134,14 @@ def test_what_auto_learns_gives_the_models_crossover(kernels, fresh_auto):
     learned.parallel[:] = [1.1e-9] * auto.SAMPLES
     fresh_auto._decide(learned)
     assert learned.cpu_below == learned.parallel_from == math.inf
+    if threads >= 2:  # lost only at the caller's small calls: 4x larger ones run on parallel
+        learned.parallel_n = 5000
+        fresh_auto._decide(learned)
+        assert learned.cpu_below == learned.parallel_from == 20000
+        learned.parallel_n = auto.LARGE  # lost at a large call too: threads never pay
+        fresh_auto._decide(learned)
+        assert learned.cpu_below == learned.parallel_from == math.inf
+        learned.parallel_n = 0
     fresh_auto.start = {"cpu": 1e-6, "parallel": 1e-6}
     learned.parallel[:] = [1e-10] * auto.SAMPLES
     fresh_auto._decide(learned)

@@ -33,6 +33,8 @@ from numpy.lib.stride_tricks import as_strided
 
 import gpufuncs as gf
 
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
 #: Data buffers shared by the operands of one call, their size in bytes, and the buffer of
 #: ``where=`` masks (0/1 bytes, viewed as bool), the last of a case's buffers.
 DATA_BASES = 2
@@ -372,6 +374,11 @@ def check(kernel: gf.Kernel, case: Case, target: str, compute: Compute = cpu_val
             result = kernel(*args, target=target, **keywords)
         except Exception as exc:
             raised = exc
+    # Numba's CUDA simulator runs kernels with Python's math, which raises where CUDA's gives
+    # inf or NaN ("math range error"), also on elements a mask leaves out (harmless on a GPU):
+    # such a case says nothing about the call path, so it is not counted.
+    assume(not (SIMULATED and target == "cuda" and isinstance(raised, ArithmeticError | ValueError)
+                and "math " in str(raised)))
     inside = [np.zeros(b.size, bool) for b in original]
     if case.out is not None:
         inside[case.out.base] = case.out.byte_mask(original[case.out.base].size)

@@ -202,8 +202,14 @@ def overlap_guard(plan: Plan, same_is_safe: bool = True) -> Callable[[Any, tuple
 def mask_before_write(where: Any, outs: tuple[Any, ...]) -> Any:
     """``where``, or a copy of it where it shares memory with an output: the mask is read
     element by element (and block by block) while outputs are written."""
-    if type(where) is not np.ndarray or (where.base is None and all(o.base is None for o in outs)):
+    if type(where) is not np.ndarray:
         return where
+    if where.base is None:  # (a loop, not all() of a generator: this runs on every masked call)
+        for o in outs:
+            if o.base is not None:
+                break
+        else:
+            return where  # arrays that own their memory cannot overlap
     return read_before_write((where,), outs, same_is_safe=False)[0]
 
 

@@ -73,6 +73,10 @@ SAMPLES = 3
 #: parallel call can take milliseconds, and a later process should not inherit that.
 IMPLAUSIBLE_START = 2e-3
 
+#: Where threads lost at every size the caller's calls had, calls of 4x the largest of those
+#: run on ``parallel``, unless that size was already this many loop elements or more.
+LARGE = 1 << 24
+
 #: Version of the file format; another version is ignored (and replaced on the next write).
 FORMAT = 1
 
@@ -88,13 +92,14 @@ class Learned:
     per loop element measured on each target, from the caller's calls or the disk.
     """
 
-    __slots__ = ("cpu", "cpu_below", "disk_key", "first", "name", "parallel", "parallel_from")
+    __slots__ = ("cpu", "cpu_below", "disk_key", "first", "name", "parallel", "parallel_from", "parallel_n")
 
     def __init__(self, name: str, disk_key: str | None, first: int) -> None:
         self.name, self.disk_key, self.first = name, disk_key, first
         self.cpu: list[float] = []
         self.parallel: list[float] = []
         self.cpu_below, self.parallel_from = 0.0, _INF
+        self.parallel_n = 0  # the largest call timed on parallel in this process
 
     def cost(self, target: str) -> float | None:
         """Seconds per loop element on ``target`` (the median of the samples), if known."""
@@ -188,6 +193,8 @@ class AutoTarget:
                 return  # enough already (another thread's), or threads that run serially
             start = self._machine()
             samples.append(max(seconds - start[target], 0.0) / n)
+            if target == "parallel":
+                learned.parallel_n = max(learned.parallel_n, n)
             self.timed[target] += 1
             self._decide(learned)
             if len(samples) == SAMPLES:
@@ -208,6 +215,13 @@ class AutoTarget:
             return
         if parallel is None:  # time parallel where perfectly shared work could already win
             learned.cpu_below, learned.parallel_from = self._crossover(learned, cpu, cpu / threads), _INF
+            return
+        if parallel >= cpu and 0 < learned.parallel_n < LARGE:
+            # Threads lost at the sizes the caller's calls had: that says little of calls many
+            # times larger (samples of a few small calls once made hermite_norm float32 stay on
+            # cpu at 10^6 on the 16-core host, 9.7x slower than parallel there). Calls of 4x
+            # the largest tried run on parallel; only a loss at LARGE means threads never pay.
+            learned.cpu_below = learned.parallel_from = 4.0 * learned.parallel_n
             return
         learned.cpu_below = learned.parallel_from = self._crossover(learned, cpu, parallel)
 
@@ -316,6 +330,9 @@ class AutoTarget:
             value = stored.get(target)
             if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
                 samples.extend([float(value)] * SAMPLES)
+        tried = stored.get("parallel_n")
+        if isinstance(tried, int) and tried > 0:
+            learned.parallel_n = tried
 
     def _save(self, learned: Learned | None) -> None:
         """Add what was learned (the machine's start costs, and ``learned``'s costs) to the
@@ -325,7 +342,9 @@ class AutoTarget:
             entries["start"] = dict(self.start)
         if learned is not None and learned.disk_key is not None:
             costs = {t: learned.cost(t) for t in ("cpu", "parallel")}
-            known = {t: c for t, c in costs.items() if c is not None}
+            known: dict[str, float] = {t: c for t, c in costs.items() if c is not None}
+            if learned.parallel_n:
+                known["parallel_n"] = learned.parallel_n
             entries.setdefault("kernels", {})[learned.disk_key] = known
         path = self.path
         on_disk = _read(path)
