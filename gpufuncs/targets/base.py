@@ -181,20 +181,35 @@ def overlap_guard(plan: Plan, same_is_safe: bool = True) -> Callable[[Any, tuple
     arrays = [i for i, a in enumerate(plan.inputs) if a.is_array]
     if not arrays:
         return _unchanged
-    if not same_is_safe:
-        return functools.partial(read_before_write, same_is_safe=False)
     if len(arrays) > 1 or plan.outs is None or len(plan.outs) != 1:
-        return read_before_write
+        return functools.partial(read_before_write, same_is_safe=same_is_safe)
     (index,) = arrays
 
     def guard_one(inputs: Any, outs: tuple[Any, ...]) -> Any:
         a, o = inputs[index], outs[0]
         # read_before_write's tests for one input, inline: a view (of a linspace, a slice) that
         # does not overlap ``out`` ends at may_share_memory, without a copy.
-        if a is o or type(a) is not np.ndarray or (a.base is None and o.base is None) \
-                or not _may_share_memory(a, o):
+        if a is o:
+            return inputs if same_is_safe else read_before_write(inputs, outs, False)
+        if type(a) is not np.ndarray or (a.base is None and o.base is None) or not _may_share_memory(a, o):
             return inputs
-        return read_before_write(inputs, outs)
+        return read_before_write(inputs, outs, same_is_safe)
+
+    return guard_one
+
+
+def mask_guard(plan: Plan) -> Callable[[Any, tuple[Any, ...]], Any]:
+    """``guard(where, outs)``: ``where``, or a copy of it where it shares memory with an output
+    (the mask is read element by element, and block by block, while outputs are written)."""
+    if plan.outs is None or len(plan.outs) != 1:
+        return mask_before_write
+
+    def guard_one(where: Any, outs: tuple[Any, ...]) -> Any:
+        o = outs[0]
+        if type(where) is not np.ndarray or (where.base is None and o.base is None) \
+                or not _may_share_memory(where, o):
+            return where
+        return where.copy()
 
     return guard_one
 
@@ -204,7 +219,7 @@ def mask_before_write(where: Any, outs: tuple[Any, ...]) -> Any:
     element by element (and block by block) while outputs are written."""
     if type(where) is not np.ndarray:
         return where
-    if where.base is None:  # (a loop, not all() of a generator: this runs on every masked call)
+    if where.base is None:
         for o in outs:
             if o.base is not None:
                 break

@@ -41,6 +41,7 @@ from ..base import (
     compiling,
     is_contiguous,
     mask_before_write,
+    mask_guard,
     overlap_guard,
     read_before_write,
 )
@@ -374,8 +375,10 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
         return execute
 
     if not ints and not transposed and plan.outs is not None:
+        masks = mask_guard(plan)
+
         def execute_masked(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            run(outs[0], mask_before_write(where, outs), guard(inputs, outs))
+            run(outs[0], masks(where, outs), guard(inputs, outs))
             return outs
 
         return execute_masked
@@ -417,7 +420,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
 
     elementwise = _elementwise(plan)
     if not ints and not any(rows) and out_rows == list(plan.out_shapes):
-        guard = overlap_guard(plan, elementwise)
+        guard, masks = overlap_guard(plan, elementwise), mask_guard(plan)
 
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
@@ -427,7 +430,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
             if where is True:
                 run(outs, inputs)
             else:
-                run(outs, mask_before_write(where, outs), inputs)
+                run(outs, masks(where, outs), inputs)
             return outs
 
         return execute_flat
