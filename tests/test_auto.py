@@ -149,6 +149,25 @@ def test_what_auto_learns_gives_the_models_crossover(kernels, fresh_auto):
     assert learned.cpu_below == (first if threads >= 2 else math.inf)
 
 
+def test_a_thread_start_measured_in_a_slow_stretch_does_not_keep_auto_off_parallel(kernels, fresh_auto):
+    """A proxy that timed a slow stretch of the machine (2 ms to start threads) would put the
+    crossover in the millions: calls from TRY_FROM are tried on parallel all the same, and a
+    caller's call that beats cpu there sets the crossover at most at its size."""
+    if auto.numba.get_num_threads() < 2:
+        pytest.skip("one thread: auto stays on cpu")
+    fresh_auto.start = {"cpu": 1e-6, "parallel": 2e-3}
+    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
+    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    learned.cpu[:] = [1e-9] * auto.SAMPLES
+    fresh_auto._decide(learned)
+    assert learned.cpu_below == max(auto.TRY_FROM, learned.first)
+    n = 1 << 20
+    for _ in range(auto.SAMPLES):  # each call half as long as cpu's would be
+        fresh_auto._record(learned, "parallel", n, 0.5 * (1e-6 + 1e-9 * n))
+    assert learned.won_at == n
+    assert learned.cpu_below == learned.parallel_from == n
+
+
 def test_set_parallel_min_size_wins_at_once(kernels, fresh_auto, monkeypatch):
     kernel = _fresh(kernels.only_ones_and_twos)
     x = _values(5000)

@@ -73,6 +73,12 @@ SAMPLES = 3
 #: parallel call can take milliseconds, and a later process should not inherit that.
 IMPLAUSIBLE_START = 2e-3
 
+#: Calls of this many loop elements or more are tried on ``parallel`` while ``auto`` learns,
+#: whatever the thread start measured on the proxy says (one measured in a slow stretch of
+#: the machine, 2 ms on the 16-core host, put every crossover in the millions); a call that
+#: then beats ``cpu`` sets the crossover at most at its size.
+TRY_FROM = 1 << 18
+
 #: Where threads lost at every size the caller's calls had, calls of 4x the largest of those
 #: run on ``parallel``, unless that size was already this many loop elements or more.
 LARGE = 1 << 24
@@ -92,14 +98,16 @@ class Learned:
     per loop element measured on each target, from the caller's calls or the disk.
     """
 
-    __slots__ = ("cpu", "cpu_below", "disk_key", "first", "name", "parallel", "parallel_from", "parallel_n")
+    __slots__ = ("cpu", "cpu_below", "disk_key", "first", "name", "parallel", "parallel_from", "parallel_n",
+                 "won_at")
 
     def __init__(self, name: str, disk_key: str | None, first: int) -> None:
         self.name, self.disk_key, self.first = name, disk_key, first
         self.cpu: list[float] = []
         self.parallel: list[float] = []
         self.cpu_below, self.parallel_from = 0.0, _INF
-        self.parallel_n = 0  # the largest call timed on parallel in this process
+        self.parallel_n = 0  # the largest call timed on parallel
+        self.won_at = 0  # the smallest call timed on parallel that beat cpu's time for it
 
     def cost(self, target: str) -> float | None:
         """Seconds per loop element on ``target`` (the median of the samples), if known."""
@@ -195,6 +203,9 @@ class AutoTarget:
             samples.append(max(seconds - start[target], 0.0) / n)
             if target == "parallel":
                 learned.parallel_n = max(learned.parallel_n, n)
+                cpu = learned.cost("cpu")
+                if cpu is not None and seconds < start["cpu"] + cpu * n:
+                    learned.won_at = min(learned.won_at or n, n)
             self.timed[target] += 1
             self._decide(learned)
             if len(samples) == SAMPLES:
@@ -214,7 +225,8 @@ class AutoTarget:
             learned.cpu_below, learned.parallel_from = 0.0, _INF  # every call timed, on cpu
             return
         if parallel is None:  # time parallel where perfectly shared work could already win
-            learned.cpu_below, learned.parallel_from = self._crossover(learned, cpu, cpu / threads), _INF
+            optimistic = min(self._crossover(learned, cpu, cpu / threads), max(TRY_FROM, learned.first))
+            learned.cpu_below, learned.parallel_from = optimistic, _INF
             return
         if parallel >= cpu and 0 < learned.parallel_n < LARGE:
             # Threads lost at the sizes the caller's calls had: that says little of calls many
@@ -223,7 +235,10 @@ class AutoTarget:
             # the largest tried run on parallel; only a loss at LARGE means threads never pay.
             learned.cpu_below = learned.parallel_from = 4.0 * learned.parallel_n
             return
-        learned.cpu_below = learned.parallel_from = self._crossover(learned, cpu, parallel)
+        crossover = self._crossover(learned, cpu, parallel)
+        if learned.won_at:  # the caller's own calls showed threads winning there
+            crossover = min(crossover, max(float(learned.first), float(learned.won_at)))
+        learned.cpu_below = learned.parallel_from = crossover
 
     def _crossover(self, learned: Learned, cpu: float, parallel: float) -> float:
         """Where ``a + cpu*n`` meets ``a' + parallel*n``: never below the first size that the
@@ -330,9 +345,10 @@ class AutoTarget:
             value = stored.get(target)
             if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
                 samples.extend([float(value)] * SAMPLES)
-        tried = stored.get("parallel_n")
-        if isinstance(tried, int) and tried > 0:
-            learned.parallel_n = tried
+        for name in ("parallel_n", "won_at"):
+            value = stored.get(name)
+            if isinstance(value, int) and value > 0:
+                setattr(learned, name, value)
 
     def _save(self, learned: Learned | None) -> None:
         """Add what was learned (the machine's start costs, and ``learned``'s costs) to the
@@ -343,8 +359,8 @@ class AutoTarget:
         if learned is not None and learned.disk_key is not None:
             costs = {t: learned.cost(t) for t in ("cpu", "parallel")}
             known: dict[str, float] = {t: c for t, c in costs.items() if c is not None}
-            if learned.parallel_n:
-                known["parallel_n"] = learned.parallel_n
+            known.update({name: getattr(learned, name) for name in ("parallel_n", "won_at")
+                          if getattr(learned, name)})
             entries.setdefault("kernels", {})[learned.disk_key] = known
         path = self.path
         on_disk = _read(path)
