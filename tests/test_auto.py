@@ -229,6 +229,7 @@ print(json.dumps({"timed": targets.AUTO_HOST.timed, "proxies": proxies,
 '''
 
 
+@pytest.mark.slow
 def test_a_new_process_measures_nothing(kernels, tmp_path):
     """The first process measures the machine (on the library's own copy kernel) and learns
     the kernels from its calls; the next one finds all of it on disk."""

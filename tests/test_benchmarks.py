@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT))  # the benchmarks package lives beside gpufuncs, n
 
 from benchmarks import bench_cpu, bench_gpu, cases, figures, rows  # noqa: E402
 
+pytestmark = pytest.mark.slow  # subprocesses and threads: run by .ci/run after the quick suite
+
 META = ("date", "machine", "processor", "cores", "python", "numpy", "numba", "gpufuncs", "git commit",
         "gpu", "gpu skipped", "suites", "quick")
 ROW = ("suite", "kernel", "target", "dtype", "n", "outputs", "data", "call", "median_s", "pipelined_s",

@@ -131,6 +131,7 @@ def _changed_constants_are_seen(tmp_path: Path, targets: tuple[str, ...]) -> Non
     assert second == {key: [3.0, 6.0] for key in first}
 
 
+@pytest.mark.slow
 def test_a_changed_module_constant_is_seen_by_a_new_process(tmp_path):
     _changed_constants_are_seen(tmp_path, ("cpu", "parallel"))
 

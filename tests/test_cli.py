@@ -13,6 +13,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses: run by .ci/run after the quick suite
 
 #: Run first in a child to make Hypothesis and SciPy unimportable, as on a plain ``pip install .``.
 WITHOUT_CHECK_EXTRA = """

@@ -429,6 +429,7 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
 # -- the tests ------------------------------------------------------------------------------------
 if not SIMULATED:
 
+    @pytest.mark.slow
     def test_cuda_target_conforms_on_the_simulator() -> None:
         """The call suite again with ``target="cuda"`` on the CUDA simulator (few examples: the
         simulator runs every GPU thread in Python)."""

@@ -21,6 +21,7 @@ SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 if not SIMULATED:
 
+    @pytest.mark.slow
     def test_cuda_target_on_the_simulator():
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
         proc = subprocess.run(

@@ -193,6 +193,7 @@ _CLUSTER_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_distributed_local_cluster_runs_builtin_and_main_defined_kernels():
     pytest.importorskip("distributed")
     # ``-c``: a __main__ without a file, as in a notebook; spawned workers cannot re-run it.

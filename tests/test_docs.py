@@ -249,6 +249,7 @@ def _check(block: Block, runs: dict[tuple[str, bool], Future]) -> None:
 
 
 @pytest.mark.parametrize("block", _params(cuda=False))
+@pytest.mark.slow
 def test_example_runs(block: Block, page_runs) -> None:
     _check(block, page_runs)
 
@@ -358,6 +359,7 @@ def test_a_failing_block_fails_its_item_and_stops_the_page(tmp_path, monkeypatch
     assert "but the page shows\n1.0 default" in results["page.md:1"]["detail"]
 
 
+@pytest.mark.slow
 def test_docstring_examples_of_the_api_reference_run(tmp_path):
     """The ``>>>`` examples that the API reference shows from the docstrings, as doctests, in a
     fresh interpreter outside the repository."""
@@ -379,6 +381,7 @@ def test_docstring_examples_of_the_api_reference_run(tmp_path):
 
 
 # -- the site ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_site_builds_strictly(tmp_path):
     """``mkdocs build --strict``: every page in the nav, every link and anchor resolves, every
     docstring of the API reference parses; the generated parts are there."""
@@ -403,6 +406,7 @@ def test_site_builds_strictly(tmp_path):
     assert "hermite-layout.svg" in (site / "hermite" / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_hermite_layout_figure_is_what_the_layout_code_gives():
     proc = subprocess.run([sys.executable, str(ROOT / "docs" / "hermite_layout.py"), "--check"],
                           capture_output=True, text=True, timeout=120)

@@ -84,6 +84,7 @@ def test_a_failing_kernel_raises_the_same_error_on_every_retry(target, restore_r
     assert works_everywhere() == []
 
 
+@pytest.mark.slow
 def test_a_kernel_failing_on_the_host_works_on_the_cuda_simulator():
     summary = run_scenario("simulator", env={"NUMBA_ENABLE_CUDASIM": "1"})
     assert summary == {"host": ["KernelCompileError"] * 4, "cuda": [True, True], "others": []}
@@ -161,6 +162,7 @@ def test_ctrl_c_during_a_compilation_arrives_when_it_is_done():
     assert steps == ["after the signal", "end of the block"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_first_compilations_of_a_process_leaves_it_usable():
     """A fresh process: the first compilation there installs Numba's pending registrations
     (gpufuncs' vector math among them), and Ctrl-C in the middle of that used to make every
@@ -283,6 +285,7 @@ def calls_in_order(*names: str) -> dict:
     return {"failures": failures, "hits": hits}
 
 
+@pytest.mark.slow
 def test_a_kernel_loaded_from_the_disk_cache_runs_its_own_code(tmp_path):
     """Numba names compiled functions after their qualified name and a per-process counter, and
     links a library loaded from the cache to the process's functions by name. The second child
@@ -332,6 +335,7 @@ def _damage(cache: Path) -> int:
     return len(index) + len(data)
 
 
+@pytest.mark.slow
 def test_a_damaged_disk_cache_costs_one_warning_and_is_written_again(tmp_path):
     cache = tmp_path / "numba-cache"
     env = {"NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(_kernel_dir(tmp_path))}
@@ -346,6 +350,7 @@ def test_a_damaged_disk_cache_costs_one_warning_and_is_written_again(tmp_path):
     assert healed["hits"] >= 2  # both calls' loops, loaded from the rewritten entries
 
 
+@pytest.mark.slow
 def test_no_writable_cache_location_costs_one_warning(tmp_path):
     """Numba tries NUMBA_CACHE_DIR, then ``__pycache__`` beside the source, then the user's cache
     directory; here each is a path below a regular file (as root can write anywhere, modes

@@ -112,6 +112,7 @@ def _warm(run: Callable[[], object]) -> None:
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_peak_memory_is_the_new_outputs_plus_a_constant(case, target, data):
     call, check, new_bytes = CASES[case]
     _warm(lambda: call(data, target))

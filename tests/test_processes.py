@@ -27,6 +27,8 @@ import gpufuncs as gf
 from gpufuncs.targets.cpu.layers import GUARD
 from gpufuncs.testing import compare
 
+pytestmark = pytest.mark.slow  # subprocesses and threads: run by .ci/run after the quick suite
+
 TARGETS = ("cpu", "parallel", "auto")
 START_METHODS = ("fork", "spawn", "forkserver")
 #: Seconds a child may take to answer (spawned ones import NumPy, Numba, gpufuncs).

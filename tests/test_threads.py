@@ -26,6 +26,8 @@ import gpufuncs as gf
 from gpufuncs.targets import get_target
 from gpufuncs.testing import compare
 
+pytestmark = pytest.mark.slow  # subprocesses and threads: run by .ci/run after the quick suite
+
 THREADS, CALLS = 16, 200
 BUILT_INS = ("gaussian", "exp", "clamp", "hermite_norm")
 

@@ -263,6 +263,7 @@ def test_the_oracle_is_numpy_on_the_issue_examples():
 
 if not SIMULATED:
 
+    @pytest.mark.slow
     def test_cuda_views_on_the_simulator():
         """The cuda property and the issue's examples on the simulator (tiny: each launch there
         runs its threads in Python)."""
