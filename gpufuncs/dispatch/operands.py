@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..targets import DEVICE, HOST, NUMPY_SCALAR, SCALAR, Arg, Plan
+from ..targets.base import c_strides
 from .args import describe
 from .plan import HALF
 
@@ -80,8 +81,12 @@ def operands_for(plan: Plan, given: list[Any], values: list[Any], infos: list[Ar
     staged = all(o.role == HOST for o in outs) and any(_through_new_array(plan, o) for o in outs)
     executed = replace(plan, inputs=tuple(described),
                        outs=tuple(_plain(o) for o in outs) if outs_as_arrays else plan.outs)
-    if staged:  # the executor allocates float16 results everywhere; the copy applies where=
-        executed = replace(executed, outs=None, where=None)
+    if staged:  # results go to new arrays of the result dtype, then are copied into out=
+        # (with a mask, the executor writes them where it holds, into arrays stage() makes:
+        # NumPy never runs the kernel on the elements a mask leaves out)
+        fresh = tuple(Arg(HOST, np.ndarray, plan.result_dtype, s, c_strides(s, plan.result_dtype.itemsize))
+                      for s in plan.out_shapes)
+        executed = replace(executed, outs=fresh if plan.where is not None else None)
     return Operands(executed, tuple(convert), outs_as_arrays, staged, wrap_index(given, infos))
 
 
@@ -192,7 +197,11 @@ def stage(executor: Callable[..., tuple[Any, ...]], plan: Plan, inputs: tuple[An
           outs: tuple[Any, ...], where: Any, stream: Any) -> None:
     """Run into new arrays of the result dtype and cast them into ``outs`` where ``where``
     holds (the mask broadcast over each output's core dimensions)."""
-    results = executor(inputs, None, True, stream)
+    if where is True:
+        results = executor(inputs, None, True, stream)
+    else:  # computed only where the mask holds (see operands_for)
+        results = tuple(np.empty(s, plan.result_dtype) for s in plan.out_shapes)
+        executor(inputs, results, where, stream)
     for out, result, core in zip(outs, results, plan.cores[len(plan.inputs):]):
         mask = where if where is True else np.asarray(where)[(..., *(np.newaxis,) * core)]
         np.copyto(out, result, casting="unsafe", where=mask)
