@@ -228,16 +228,15 @@ class AutoTarget:
             optimistic = min(self._crossover(learned, cpu, cpu / threads), max(TRY_FROM, learned.first))
             learned.cpu_below, learned.parallel_from = optimistic, _INF
             return
-        if parallel >= cpu and 0 < learned.parallel_n < LARGE:
+        crossover = self._crossover(learned, cpu, parallel)
+        if learned.won_at:  # the caller's own calls showed threads winning there
+            crossover = min(crossover, max(float(learned.first), float(learned.won_at)))
+        elif parallel >= cpu and 0 < learned.parallel_n < LARGE:
             # Threads lost at the sizes the caller's calls had: that says little of calls many
             # times larger (samples of a few small calls once made hermite_norm float32 stay on
             # cpu at 10^6 on the 16-core host, 9.7x slower than parallel there). Calls of 4x
             # the largest tried run on parallel; only a loss at LARGE means threads never pay.
-            learned.cpu_below = learned.parallel_from = 4.0 * learned.parallel_n
-            return
-        crossover = self._crossover(learned, cpu, parallel)
-        if learned.won_at:  # the caller's own calls showed threads winning there
-            crossover = min(crossover, max(float(learned.first), float(learned.won_at)))
+            crossover = 4.0 * learned.parallel_n
         learned.cpu_below = learned.parallel_from = crossover
 
     def _crossover(self, learned: Learned, cpu: float, parallel: float) -> float:
