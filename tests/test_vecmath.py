@@ -173,6 +173,7 @@ def sample(name: str, dtype: type, n: int, seed: int = 0) -> tuple[np.ndarray, .
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
 @pytest.mark.parametrize("name", [*UNARY, "pow"])
+@pytest.mark.slow
 def test_accuracy_within_one_ulp(name, dtype):
     n = SAMPLES if name != "pow" else SAMPLES // 2
     worst, at = max_ulps(name, dtype, *sample(name, dtype, n))
@@ -443,6 +444,7 @@ LDEXP_CALL = re.compile(r"call[^\n]*ldexp")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+@pytest.mark.slow
 def test_exp_scales_by_vscalef_with_avx512_and_by_two_products_without(dtype, tmp_path):
     """The result's 2**k: one vscalef per vector where the target has AVX-512 (a vector
     llvm.ldexp), two exact exponent-field products elsewhere (where LLVM would call libm's
