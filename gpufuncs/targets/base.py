@@ -198,34 +198,16 @@ def overlap_guard(plan: Plan, same_is_safe: bool = True) -> Callable[[Any, tuple
     return guard_one
 
 
-def mask_guard(plan: Plan) -> Callable[[Any, tuple[Any, ...]], Any]:
-    """``guard(where, outs)``: ``where``, or a copy of it where it shares memory with an output
-    (the mask is read element by element, and block by block, while outputs are written)."""
-    if plan.outs is None or len(plan.outs) != 1:
-        return mask_before_write
-
-    def guard_one(where: Any, outs: tuple[Any, ...]) -> Any:
-        o = outs[0]
-        if type(where) is not np.ndarray or (where.base is None and o.base is None) \
-                or not _may_share_memory(where, o):
-            return where
-        return where.copy()
-
-    return guard_one
-
-
 def mask_before_write(where: Any, outs: tuple[Any, ...]) -> Any:
     """``where``, or a copy of it where it shares memory with an output: the mask is read
     element by element (and block by block) while outputs are written."""
     if type(where) is not np.ndarray:
         return where
-    if where.base is None:
-        for o in outs:
-            if o.base is not None:
-                break
-        else:
-            return where  # arrays that own their memory cannot overlap
-    return read_before_write((where,), outs, same_is_safe=False)[0]
+    for o in outs:
+        # Two arrays that own their memory cannot overlap (cheap, and the common case).
+        if (where.base is not None or o.base is not None) and _may_share_memory(where, o):
+            return where.copy()
+    return where
 
 
 def _unchanged(inputs: Any, outs: tuple[Any, ...]) -> Any:

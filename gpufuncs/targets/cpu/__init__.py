@@ -29,7 +29,7 @@ from numba.core import types as nbtypes
 from numba.np.numpy_support import from_dtype
 
 from ...errors import KernelCompileError
-from ...spec import KernelSpec
+from ...spec import KernelSpec, Loop
 from ..base import (
     HOST,
     NUMPY_SCALAR,
@@ -41,7 +41,6 @@ from ..base import (
     compiling,
     is_contiguous,
     mask_before_write,
-    mask_guard,
     overlap_guard,
     read_before_write,
 )
@@ -152,6 +151,7 @@ class CpuKernel:
         self._numba: dict[str, Any] = {}
         self._loops: dict[tuple[np.dtype, bool], tuple[Any, ...]] = {}
         self._scalar: Any = None
+        self._raising: dict[str, bool] = {}  # loop signature -> whether the kernel can raise
 
     def scalar(self) -> Any:
         """The scalar function compiled with Numba, as every loop of this kernel calls it: its
@@ -191,6 +191,16 @@ class CpuKernel:
                     else:
                         found = loops.gufunc_loops(scalar, dtype.type, key)
                     self._loops[dtype, wide] = found
+        return found
+
+    def may_raise(self, loop: Loop) -> bool:
+        """Whether the kernel, compiled for ``loop``, can raise an exception (see
+        :func:`.loops.may_raise`); decided once per loop."""
+        found = self._raising.get(loop.signature)
+        if found is None:
+            argtypes, _ = sigutils.normalize_signature(loop.signature)
+            found = self._raising[loop.signature] = _compile(
+                self.spec, self.target, lambda: loops.may_raise(self.scalar(), tuple(argtypes)))
         return found
 
     def compile_loop(self, dispatcher: Any, argtypes: tuple[Any, ...]) -> Callable[..., None]:
@@ -233,9 +243,7 @@ def _raises_from_threads(spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> b
     """
     if _flat_order(spec, plan) is not None:
         return True
-    argtypes, _ = sigutils.normalize_signature(plan.loop.signature)
-    may_raise = _compile(spec, "parallel", lambda: loops.may_raise(compiled.scalar(), tuple(argtypes)))
-    return not may_raise
+    return not compiled.may_raise(plan.loop)
 
 
 def _executor(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
@@ -375,10 +383,8 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
         return execute
 
     if not ints and not transposed and plan.outs is not None:
-        masks = mask_guard(plan)
-
         def execute_masked(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            run(outs[0], masks(where, outs), guard(inputs, outs))
+            run(outs[0], mask_before_write(where, outs), guard(inputs, outs))
             return outs
 
         return execute_masked
@@ -420,7 +426,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
 
     elementwise = _elementwise(plan)
     if not ints and not any(rows) and out_rows == list(plan.out_shapes):
-        guard, masks = overlap_guard(plan, elementwise), mask_guard(plan)
+        guard = overlap_guard(plan, elementwise)
 
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
@@ -430,7 +436,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
             if where is True:
                 run(outs, inputs)
             else:
-                run(outs, masks(where, outs), inputs)
+                run(outs, mask_before_write(where, outs), inputs)
             return outs
 
         return execute_flat

@@ -86,14 +86,13 @@ class CudaKernels:
         would return a silently wrong answer. Decided once per loop, before the first launch,
         from the kernel compiled for the CPU (see ``cpu.loops.may_raise``; a kernel that
         compiles for the GPU only is let through)."""
-        from ..cpu import CpuKernel, loops
+        from ..cpu import CpuKernel
 
         raising = self._raising.get(loop_dtype)
         if raising is None:
             loop = next(loop for loop in self.spec.loops if loop.dtype == loop_dtype)
-            argtypes, _ = sigutils.normalize_signature(loop.signature)
             try:
-                raising = loops.may_raise(CpuKernel(self.spec, "cpu").scalar(), tuple(argtypes))
+                raising = CpuKernel(self.spec, "cpu").may_raise(loop)
             except Exception:  # nothing to tell from
                 raising = False
             self._raising[loop_dtype] = raising
