@@ -259,6 +259,50 @@ def test_the_oracle_is_numpy_on_the_issue_examples():
     np.testing.assert_array_equal(inner(written[0]).view(np.float64).reshape(2, 3), x)
 
 
+# -- empty copies read nothing ----------------------------------------------------------------------
+
+_EMPTY_COPY_AT_A_PAGE = """
+import ctypes, mmap, numpy as np
+from gpufuncs.targets.base import copy_cast
+page = mmap.PAGESIZE
+memory = np.frombuffer(mmap.mmap(-1, 2 * page), np.uint8)
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(memory.ctypes.data, page, 0) == 0  # the page before src: no access
+src = memory[page:page].view(np.float64).reshape(1, 0)  # empty, where a mapping begins
+for where in (True, np.ones((1, 1), bool), np.broadcast_to(True, (1, 1))):
+    copy_cast(np.zeros((1, 0), np.float32), src, where)
+    copy_cast(np.zeros((1, 4), np.float32)[:, ::-1][:, :0], src.T.T, where)
+print("read nothing")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through libc: Linux")
+def test_empty_copies_read_nothing_before_their_source():
+    """The cuda fuzzer's segfault (fuzz_reverse, seed 2, the 845th call): NumPy's masked casting
+    copy of an empty 2-d array reads before its source, which was a pinned staging buffer that
+    starts a page. Run in a process of its own: a regression would kill it, not the suite."""
+    proc = subprocess.run([sys.executable, "-c", _EMPTY_COPY_AT_A_PAGE], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "read nothing" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
+
+
+def test_every_copy_into_results_goes_through_copy_cast():
+    """``copy_cast`` is the one place that copies into results (see its docstring)."""
+    import inspect
+
+    from gpufuncs.targets import base
+
+    package = os.path.dirname(gf.__file__)
+    source, first = inspect.getsourcelines(base.copy_cast)
+    own = {f"targets/base.py:{first + i}" for i in range(len(source))}
+    calls = [f"{os.path.relpath(path, package)}:{n}"
+             for root, _, names in os.walk(package) for name in names if name.endswith(".py")
+             for path in [os.path.join(root, name)]
+             for n, line in enumerate(open(path, encoding="utf-8"), 1) if "np.copyto(" in line]
+    assert calls and set(calls) <= own, calls
+
+
 # -- cuda in CI: Numba's simulator, in a process of its own ----------------------------------------
 
 if not SIMULATED:

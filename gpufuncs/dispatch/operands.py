@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..targets import DEVICE, HOST, NUMPY_SCALAR, SCALAR, Arg, Plan
-from ..targets.base import c_strides
+from ..targets.base import c_strides, copy_cast
 from .args import describe
 from .plan import HALF
 
@@ -204,4 +204,4 @@ def stage(executor: Callable[..., tuple[Any, ...]], plan: Plan, inputs: tuple[An
         executor(inputs, results, where, stream)
     for out, result, core in zip(outs, results, plan.cores[len(plan.inputs):]):
         mask = where if where is True else np.asarray(where)[(..., *(np.newaxis,) * core)]
-        np.copyto(out, result, casting="unsafe", where=mask)
+        copy_cast(out, result, mask)

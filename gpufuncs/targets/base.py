@@ -146,6 +146,18 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
 
 #: ``numpy.may_share_memory`` without its ``__array_function__`` dispatch (the arguments here are
 #: always base-class ndarrays): most of the cost of a small ``out=`` call's overlap check.
+def copy_cast(dst: np.ndarray, src: Any, where: Any = True) -> None:
+    """``np.copyto(dst, src, casting="unsafe", where=where)``; nothing at all for an empty ``dst``.
+
+    NumPy 2.4's masked casting copy of an empty 2-d array reads the bytes just before ``src``'s
+    data: a segfault where ``src`` starts a mapping (the fuzzer met it on a pinned staging
+    buffer of the cuda target, whose memory begins at a page). Every copy into results goes
+    through here.
+    """
+    if dst.size:
+        np.copyto(dst, src, casting="unsafe", where=where)
+
+
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 

@@ -39,6 +39,7 @@ from ..base import (
     Plan,
     Target,
     compiling,
+    copy_cast,
     is_contiguous,
     mask_before_write,
     overlap_guard,
@@ -510,7 +511,7 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
             if mask is True:
                 part = buffer[: target.size].reshape(target.shape)
                 compute(block, part)
-                np.copyto(target, part, casting="unsafe")
+                copy_cast(target, part)
                 continue
             # Only the elements the mask selects are computed, as NumPy's masked loops do: the
             # kernel never sees (and cannot raise on) the others.
@@ -562,7 +563,7 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
             ufunc(*args, *bufs)
             for r, buf in zip(results, bufs):
                 if mask is True:
-                    np.copyto(r[index], buf, casting="unsafe")
+                    copy_cast(r[index], buf)
                 else:
                     r[index][mask] = buf
         return tuple(results)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import IDENTITY, KernelSpec
-from ..base import DEVICE, HOST, Arg, Executor, Plan
+from ..base import DEVICE, HOST, Arg, Executor, Plan, copy_cast
 from . import arrays
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
@@ -518,4 +518,4 @@ def _copy_back(runtime: Any, address: int, host: np.ndarray, dtype: np.dtype, ha
     stream = runtime.stream(handle)
     runtime.copy(values.ctypes.data, address, values.nbytes, stream)
     stream.sync()
-    np.copyto(host, values, casting="unsafe")
+    copy_cast(host, values)

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import KernelSpec
-from ..base import Arg, Executor, Plan, c_strides, is_contiguous, read_before_write
+from ..base import Arg, Executor, Plan, c_strides, copy_cast, is_contiguous, read_before_write
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
@@ -62,16 +62,15 @@ PINNED_RESULTS_BYTES = min(8 << 30, (os.sysconf("SC_PHYS_PAGES") * os.sysconf("S
 
 def _copy(dst: np.ndarray, src: np.ndarray, where: Any = True,
           threads: Callable[[], ThreadPoolExecutor] | None = None) -> None:
-    """``np.copyto`` split along the first axis over ``threads()`` for large arrays."""
+    """:func:`copy_cast` split along the first axis over ``threads()`` for large arrays."""
     rows = dst.shape[0] if dst.ndim else 1
     if threads is None or dst.nbytes < _PARALLEL_COPY_BYTES or rows < 2 * _THREADS:
-        np.copyto(dst, src, casting="unsafe", where=where)
+        copy_cast(dst, src, where)
         return
     pool = threads()
     bounds = np.linspace(0, rows, _THREADS + 1).astype(int)
     where = np.broadcast_to(where, dst.shape) if where is not True else None
-    jobs = [pool.submit(np.copyto, dst[a:b], src[a:b], casting="unsafe",
-                        where=True if where is None else where[a:b])
+    jobs = [pool.submit(copy_cast, dst[a:b], src[a:b], True if where is None else where[a:b])
             for a, b in itertools.pairwise(bounds)]
     for job in jobs:
         job.result()
