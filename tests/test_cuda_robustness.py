@@ -48,9 +48,9 @@ def cuda():
 
 @pytest.fixture(scope="module")
 def runtime():
-    from gpufuncs.targets.cuda.runtime import get_runtime
+    from gpufuncs.targets import get_target
 
-    return get_runtime()
+    return get_target("cuda").runtimes.get()
 
 
 def to_host(result):

@@ -43,7 +43,7 @@ from ..base import Arg, Executor, Plan, c_strides, copy_cast, is_contiguous, rea
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
-from .runtime import Runtime, current_device, get_runtime
+from .runtime import Runtime, Runtimes, current_device
 
 #: Slots in flight (three: one packing, one on the GPU, one unpacking).
 SLOTS = 3
@@ -96,8 +96,8 @@ class _Lane:
 class _Lanes:
     """The lanes of one GPU, made on first need, at most :data:`LANES_PER_DEVICE`."""
 
-    def __init__(self, device: int) -> None:
-        self.runtime = get_runtime(device)
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self._free: list[_Lane] = []
         self._lock = threading.Lock()
         self._available = threading.BoundedSemaphore(LANES_PER_DEVICE)
@@ -120,9 +120,16 @@ class _Lanes:
 class Resources:
     """What the host pipeline keeps between calls, owned by the cuda target: each GPU's lanes,
     the threads that run one pipeline per GPU, and the threads that split large copies. All
-    are made on first need."""
+    are made on first need.
 
-    def __init__(self) -> None:
+    Parameters
+    ----------
+    runtimes : Runtimes
+        The target's GPU runtimes, whose streams and memory the lanes use.
+    """
+
+    def __init__(self, runtimes: Runtimes) -> None:
+        self.runtimes = runtimes
         self._lock = threading.Lock()
         self._lanes: dict[int, _Lanes] = {}
         self._device_threads: dict[int, ThreadPoolExecutor] = {}
@@ -133,7 +140,7 @@ class Resources:
         with self._lock:
             found = self._lanes.get(device)
             if found is None:
-                found = self._lanes[device] = _Lanes(device)
+                found = self._lanes[device] = _Lanes(self.runtimes.get(device))
             return found
 
     def device_threads(self, count: int) -> ThreadPoolExecutor:
@@ -383,7 +390,7 @@ class _Pipeline:
             outs.append((address_of(buffer), part.shape, dtype, core))
             keep.append(buffer)
         chunk_shape = np.broadcast_to(np.empty((), bool), self.loop_shape)[index].shape
-        self.launches.get(layouts, chunk_shape, runtime.ordinal).launch(values, int(stream.handle))
+        self.launches.get(layouts, chunk_shape, runtime).launch(values, int(stream.handle))
         staged: list[np.ndarray | None] = []
         for k, (address, shape, dtype, _) in enumerate(outs):
             if self.direct[k]:
@@ -417,15 +424,15 @@ class _Launches:
         self.spec, self.kernels, self.loop = spec, kernels, loop
         self._plans: dict[Any, LaunchPlan] = {}
 
-    def get(self, layouts: list[Layout], shape: tuple[int, ...], device: int) -> LaunchPlan:
-        key = (tuple(layouts), shape, device)
+    def get(self, layouts: list[Layout], shape: tuple[int, ...], runtime: Runtime) -> LaunchPlan:
+        key = (tuple(layouts), shape, runtime.ordinal)
         found = self._plans.get(key)
         if found is None:
             if len(self._plans) > 32:
                 self._plans.clear()
             nin = self.spec.nin
             found = self._plans[key] = LaunchPlan(self.kernels, self.loop, layouts[:nin], layouts[nin:],
-                                                  None, shape, device)
+                                                  None, shape, runtime)
         return found
 
 
@@ -480,7 +487,7 @@ def run(spec: KernelSpec, decisions: _Decisions, launches: _Launches, plan: Plan
         where = read_before_write([where], outs, same_is_safe=True)[0]
         results, direct = outs, [False] * len(outs)
     else:
-        results, direct = _new_results(spec, plan, get_runtime(devices[0]))
+        results, direct = _new_results(spec, plan, resources.runtimes.get(devices[0]))
     pipeline = _Pipeline(decisions, launches, plan, inputs, results, where, direct, resources)
     chunks = _Chunks(pipeline.loop_shape, pipeline.capacity)
     if len(devices) == 1:
