@@ -58,9 +58,10 @@ def ceiling_case(nbytes: int, gpus: list[int], repeat: int) -> dict[str, Any]:
     every byte crosses the host's memory and PCIe (no computing, no packing)."""
     import cupy as cp
 
-    from gpufuncs.targets.cuda.runtime import get_runtime
+    from gpufuncs.targets import get_target
 
-    source, target = get_runtime(0).pinned(nbytes), get_runtime(0).pinned(nbytes)
+    gpu0 = get_target("cuda").runtimes.get(0)
+    source, target = gpu0.pinned(nbytes), gpu0.pinned(nbytes)
 
     def buffers(device: int, size: int) -> tuple[Any, ...]:
         with cp.cuda.Device(device):
@@ -133,7 +134,8 @@ def device_case(n: int, gpus: list[int], calls: int, repeat: int) -> dict[str, A
 
 
 def main() -> None:
-    from gpufuncs.targets.cuda.runtime import device_count, get_runtime
+    from gpufuncs.targets import get_target
+    from gpufuncs.targets.cuda.runtime import device_count
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=lambda t: int(float(t)), default=10**9, help="host elements")
@@ -151,8 +153,9 @@ def main() -> None:
     if device_count() < 2 or len(set(gpus)) < 2:
         print(f"not saved: {device_count()} GPU(s) visible, {len(set(gpus))} used")
         return
-    name = re.sub(r"[^a-z0-9]+", "-", get_runtime(0).device.name.lower()).strip("-")
-    meta = machine_info({"gpus": f"{device_count()} x {get_runtime(0).device.name}",
+    gpu = get_target("cuda").runtimes.get(0).device.name
+    name = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
+    meta = machine_info({"gpus": f"{device_count()} x {gpu}",
                          "method": f"medians of {args.repeat} after a warm-up, interleaved"})
     print("saved", save_results(f"multigpu-{name}", rows, COLUMNS, meta))
 

@@ -96,9 +96,9 @@ def _gpu_memory_given_back(request: pytest.FixtureRequest):
         sys.modules["cupy"].get_default_pinned_memory_pool().free_all_blocks()
     if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
         sys.modules["torch"].cuda.empty_cache()
-    if "gpufuncs.targets.cuda.runtime" in sys.modules:
-        from gpufuncs.targets.cuda.runtime import existing_runtimes
+    if "gpufuncs.targets.cuda.runtime" in sys.modules:  # (imported by the cuda target's making)
+        from gpufuncs.targets import get_target
 
-        for runtime in existing_runtimes():  # only runtimes that exist (imported is not used)
+        for runtime in get_target("cuda").runtimes.existing():  # creates none
             if not runtime.simulated:
                 runtime.trim()

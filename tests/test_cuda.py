@@ -179,10 +179,11 @@ def test_small_and_large_calls_take_their_own_thread_layout_and_agree(dtype, cp)
     one element per thread (lower latency); larger ones several. Around the switch (block edges,
     a partial last block) both layouts meet the kernels' declared tolerances, and an element
     computed in a small call is bit for bit the one computed in a large call."""
+    from gpufuncs.targets import get_target
     from gpufuncs.targets.cuda.compile import elements_per_thread
-    from gpufuncs.targets.cuda.runtime import BLOCK, get_runtime
+    from gpufuncs.targets.cuda.runtime import BLOCK
 
-    multiprocessors = get_runtime(0).multiprocessors
+    multiprocessors = get_target("cuda").runtimes.get(0).multiprocessors
     per_thread = elements_per_thread(gf.gaussian.spec, np.dtype(dtype), 10**9, multiprocessors)
     switch = BLOCK * per_thread * multiprocessors
     sizes = (1, 1000, switch - 1, switch, switch + 1, 3 * switch + 7)
@@ -297,11 +298,12 @@ def _forget_resolved_calls(monkeypatch, kernel):
 
 
 def test_numba_results_come_from_the_stream_ordered_pool(cuda, monkeypatch):
+    from gpufuncs.targets import get_target
     from gpufuncs.targets.cuda import runtime as runtime_module
 
     monkeypatch.setattr(runtime_module, "cupy_loaded", lambda: False)  # no CuPy in the process
     _forget_resolved_calls(monkeypatch, gf.exp)
-    runtime = runtime_module.get_runtime()
+    runtime = get_target("cuda").runtimes.get()
     x_host = normal(1 << 20)
     x = cuda.to_device(x_host)
     before = runtime.pool_attribute("USED_MEM_CURRENT")
@@ -315,10 +317,10 @@ def test_numba_results_come_from_the_stream_ordered_pool(cuda, monkeypatch):
 
 
 def test_numba_results_come_from_cupys_pool_where_cupy_is_imported(cuda, cp, monkeypatch):
-    from gpufuncs.targets.cuda.runtime import get_runtime
+    from gpufuncs.targets import get_target
 
     _forget_resolved_calls(monkeypatch, gf.exp)
-    runtime, pool = get_runtime(), cp.get_default_memory_pool()
+    runtime, pool = get_target("cuda").runtimes.get(), cp.get_default_memory_pool()
     x_host = normal(1 << 20)
     stream = cuda.stream()  # a stream of its own: CuPy's pool must order the block on it
     x = cuda.to_device(x_host, stream=stream)
@@ -505,10 +507,10 @@ def test_host_arrays_give_the_cpu_results():
 
 
 def test_host_arrays_go_through_bounded_device_memory(monkeypatch, cuda):
+    from gpufuncs.targets import get_target
     from gpufuncs.targets.cuda import host
-    from gpufuncs.targets.cuda.runtime import get_runtime
 
-    runtime = get_runtime()
+    runtime = get_target("cuda").runtimes.get()
     monkeypatch.setattr(host, "CHUNK_BYTES", 1 << 20)
     x = normal(1 << 25)  # 128 MiB in, 128 MiB out
     cuda.synchronize()

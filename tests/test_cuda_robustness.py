@@ -48,9 +48,9 @@ def cuda():
 
 @pytest.fixture(scope="module")
 def runtime():
-    from gpufuncs.targets.cuda.runtime import get_runtime
+    from gpufuncs.targets import get_target
 
-    return get_runtime()
+    return get_target("cuda").runtimes.get()
 
 
 def to_host(result):
@@ -294,21 +294,22 @@ def test_ctrl_c_in_a_chunked_host_call_gives_the_memory_back(monkeypatch, cuda, 
 
 
 def test_the_pinned_result_pool_stays_bounded_and_is_reused(monkeypatch):
-    from gpufuncs.targets.cuda import host
+    from gpufuncs.targets import get_target
 
     gc.collect()
-    limit = host._pinned_result_bytes[0] + (64 << 20)
-    monkeypatch.setattr(host, "PINNED_RESULTS_BYTES", limit)
+    pool = get_target("cuda").host_resources().pinned_results
+    limit = pool.held + (64 << 20)
+    monkeypatch.setattr(pool, "limit", limit)
     x = np.linspace(-3, 3, 1 << 22, dtype=np.float32)  # 16 MiB results
     kept = [gf.exp(x + i, target="cuda") for i in range(12)]  # 192 MiB: most in plain memory
-    assert host._pinned_result_bytes[0] <= limit
+    assert pool.held <= limit
     for i in (0, 5, 11):
         compare(gf.exp, ((x + i)[::997],), kept[i][::997], target="cuda")
-    grown = host._pinned_result_bytes[0]
+    grown = pool.held
     del kept
     gc.collect()
     again = [gf.exp(x - i, target="cuda") for i in range(12)]
-    assert host._pinned_result_bytes[0] == grown  # freed blocks were reused, none added
+    assert pool.held == grown  # freed blocks were reused, none added
     compare(gf.exp, ((x - 3)[::997],), again[3][::997], target="cuda")
 
 

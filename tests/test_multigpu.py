@@ -246,8 +246,8 @@ def test_every_array_kind_through_the_multi_gpu_machinery(cuda):
         return
     from test_cuda import CaiOnly, DLPackOnly
 
+    from gpufuncs.targets import get_target
     from gpufuncs.targets.cuda.recognize import device_of
-    from gpufuncs.targets.cuda.runtime import get_runtime
 
     cp, torch = pytest.importorskip("cupy"), pytest.importorskip("torch")
     kinds = {"numba": cuda.to_device, "cupy": cp.asarray, "torch": lambda a: torch.from_numpy(a).cuda(),
@@ -266,7 +266,7 @@ def test_every_array_kind_through_the_multi_gpu_machinery(cuda):
         assert kernel(*(cp.asarray(a) if isinstance(a, np.ndarray) and a.ndim else a for a in args),
                       out=out) is out
         np.testing.assert_array_equal(out.get(), expected)
-    assert get_runtime(0).switching
+    assert get_target("cuda").runtimes.get(0).switching
 
 
 # -- two GPUs -----------------------------------------------------------------------------------------
@@ -380,18 +380,19 @@ def test_a_numba_result_copies_to_host_with_another_gpu_current():
 
 @multigpu
 def test_device_all_uses_every_gpu_and_gives_one_gpus_values(monkeypatch):
+    from gpufuncs.targets import get_target
     from gpufuncs.targets.cuda import host
-    from gpufuncs.targets.cuda.runtime import get_runtime
 
+    runtimes = get_target("cuda").runtimes
     monkeypatch.setattr(host, "CHUNK_BYTES", 1 << 20)
     x = np.random.default_rng(2).normal(size=1 << 24).astype(np.float32)
     one = gf.gaussian(x, 0.5, 1.5, target="cuda", device=0)
     for device in range(_gpu_count()):
-        get_runtime(device).set_pool_attribute("USED_MEM_HIGH", 0)
+        runtimes.get(device).set_pool_attribute("USED_MEM_HIGH", 0)
     threads = threads_of_chunks(monkeypatch)
     every = gf.gaussian(x, 0.5, 1.5, target="cuda", device="all")
     np.testing.assert_array_equal(every, one)
-    used = [get_runtime(d).pool_attribute("USED_MEM_HIGH") for d in range(_gpu_count())]
+    used = [runtimes.get(d).pool_attribute("USED_MEM_HIGH") for d in range(_gpu_count())]
     assert all(u > 0 for u in used), f"device memory used per GPU: {used}"
     assert len(set(threads)) == _gpu_count()
     on_1 = gf.gaussian(x, 0.5, 1.5, target="cuda", device=1)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -93,13 +94,24 @@ def call_devices(spec: KernelSpec, plan: Plan, count: int) -> tuple[int, ...] | 
 
 
 class CudaTarget(Target):
-    """Kernels compiled with numba-cuda and launched on the GPU through ``cuda.core``."""
+    """Kernels compiled with numba-cuda and launched on the GPU through ``cuda.core``.
+
+    The target owns the state it keeps between calls: :attr:`runtimes`, each GPU's runtime
+    (memory pool, streams, loaded kernels' functions), made on a GPU's first use; and the host
+    pipeline's lanes, threads and pinned result pool (:meth:`host_resources`). Tests and
+    benchmarks reach them through the registered target, ``gpufuncs.targets.get_target("cuda")``.
+    """
 
     name = "cuda"
     options = ("stream", "device")
 
     def __init__(self) -> None:
+        from .runtime import Runtimes  # (numpy and ctypes only: no CUDA before the first call)
+
+        #: Each GPU's :class:`~.runtime.Runtime` (``runtimes.get(device)``), made on first use.
+        self.runtimes: Runtimes = Runtimes()
         self._host_resources: Any = None  # host.Resources, made on the first host-array call
+        self._lock = threading.Lock()
 
     def unavailable_reason(self) -> str | None:
         return _unavailable_reason()
@@ -115,18 +127,27 @@ class CudaTarget(Target):
         the call path never uses it, so a first cuda call does not pay for it."""
         return compiled.numba_object()
 
+    def host_resources(self) -> Any:
+        """The host pipeline's :class:`~.host.Resources` (each GPU's lanes, the copy threads,
+        the pinned result pool), made on first need."""
+        with self._lock:  # one set per target: the lanes and the pool's budget are per GPU / process
+            if self._host_resources is None:
+                from .host import Resources  # imported on the first call: it needs numba.cuda
+
+                self._host_resources = Resources(self.runtimes)
+            return self._host_resources
+
     def prepare(self, spec: KernelSpec, compiled: Any, plan: Plan) -> Executor:
         """Device arrays run in place, on their GPU; host arrays go through pinned, pipelined
         chunks, on ``device=`` (one GPU or all) or the current GPU."""
         from . import device, host  # imported on the first call: they need numba.cuda
-        from .runtime import device_count, get_runtime
+        from .runtime import device_count
         devices = call_devices(spec, plan, device_count())
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         if not any(a.role == DEVICE for a in arrays):
-            if self._host_resources is None:
-                self._host_resources = host.Resources()
-            return host.prepare(spec, compiled, plan, devices, self._host_resources)
+            return host.prepare(spec, compiled, plan, devices, self.host_resources())
         # A call signature may first be seen in a thread that never used CUDA (a Dask worker
         # thread): loading kernels and allocating need the context current there too.
-        with get_runtime(devices[0]).current():
-            return device.prepare(spec, compiled, plan, devices[0])
+        runtime = self.runtimes.get(devices[0])
+        with runtime.current():
+            return device.prepare(spec, compiled, plan, runtime)

@@ -22,7 +22,7 @@ import numpy as np
 from ..base import c_strides, library_of
 from . import compat
 from .recognize import torch_dtypes
-from .runtime import get_runtime
+from .runtime import Runtime
 
 #: Kinds of device array (``kind_of``).
 CUPY, TORCH, NUMBA, SIM, CAI, DLPACK = "cupy", "torch", "numba", "sim", "cai", "dlpack"
@@ -119,14 +119,15 @@ _STREAMS: dict[str, Callable[[Any], int | None]] = {
 }
 
 
-def producer_stream(kind: str, device: int = 0) -> Callable[[Any], int | None]:
+def producer_stream(kind: str, runtime: Runtime) -> Callable[[Any], int | None]:
     """``array -> handle`` of the stream its library orders its work on (``None``: none), for
-    arrays on ``device``. CuPy's and torch's are their current streams (per device), read
-    through getters looked up here, once per call signature, not on every call."""
+    arrays on ``runtime``'s device. CuPy's and torch's are their current streams (per device),
+    read through getters looked up here, once per call signature, not on every call."""
+    device = runtime.ordinal
     if kind == CUPY:
         from cupy.cuda import get_current_stream
 
-        if get_runtime(device).switching:  # the current device may be another one
+        if runtime.switching:  # the current device may be another one
             return lambda a: get_current_stream(device).ptr
         return lambda a: get_current_stream().ptr
     if kind == TORCH:
@@ -145,8 +146,8 @@ Wrap = Callable[[Any, int], Any]
 
 
 def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: Sequence[int],
-              like_layout: bool = False, device: int = 0) -> tuple[Allocate, Wrap | None]:
-    """``(allocate, wrap)`` of a new output of logical ``shape`` on ``device``, stored
+              runtime: Runtime, like_layout: bool = False) -> tuple[Allocate, Wrap | None]:
+    """``(allocate, wrap)`` of a new output of logical ``shape`` on ``runtime``'s device, stored
     C-contiguous in the order ``axes`` (outermost first), made by the library of ``kind``.
 
     ``wrap`` is ``None`` where ``raw`` already is the array (torch, whose allocator makes
@@ -155,7 +156,6 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: S
     kernel, and a caller who synchronizes waits for both only when one follows the other.
     ``like_layout``: ``like`` has that very shape, dtype and layout (its library may then copy
     them, for less)."""
-    runtime = get_runtime(device)
     if runtime.simulated:
         kind = SIM
     axes = tuple(axes)
@@ -165,7 +165,8 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: S
     if kind == CUPY:
         return _cupy_allocator(storage, dtype, None if identity else back, runtime)
     if kind == TORCH:
-        return _torch_allocator(storage, dtype, None if identity else back, like_layout, device), None
+        return _torch_allocator(storage, dtype, None if identity else back, like_layout,
+                                runtime.ordinal), None
     if kind == SIM:
         return (lambda like, handle, current: _sim_output(storage, dtype, back)), None
     return _numba_allocator(shape, storage, dtype, back, runtime)

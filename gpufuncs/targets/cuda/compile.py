@@ -24,7 +24,7 @@ from ..base import compiling
 from ..cpu.cache import dependency_digest
 from .compat import SIMULATED, keyed_cache, loaded_kernel
 from .kernels import gufunc_kernel, ufunc_kernel
-from .runtime import BLOCK, get_runtime
+from .runtime import BLOCK, Runtime
 
 
 def elements_per_thread(spec: KernelSpec, loop_dtype: np.dtype, n: int, multiprocessors: int) -> int:
@@ -64,18 +64,18 @@ class CudaKernels:
         return self._numba_object
 
     def get(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], n: int,
-            device: int = 0) -> tuple[Any, int]:
+            runtime: Runtime) -> tuple[Any, int]:
         """The launchable kernel for the loop dtype and Numba argument types over ``n`` loop
-        elements on GPU ``device`` (compiled once, loaded per device, on first use), and the
+        elements on ``runtime``'s GPU (compiled once, loaded per device, on first use), and the
         loop elements each of its threads handles."""
-        per_thread = elements_per_thread(self.spec, loop_dtype, n, get_runtime(device).multiprocessors)
-        key = (loop_dtype, argtypes, per_thread, device)
+        per_thread = elements_per_thread(self.spec, loop_dtype, n, runtime.multiprocessors)
+        key = (loop_dtype, argtypes, per_thread, runtime.ordinal)
         found = self._launchable.get(key)
         if found is None:
             with self._lock:
                 found = self._launchable.get(key)
                 if found is None:
-                    compiled = self._compile(loop_dtype, argtypes, per_thread, device)
+                    compiled = self._compile(loop_dtype, argtypes, per_thread, runtime)
                     self._refuse_raising(loop_dtype)
                     found = self._launchable[key] = compiled
         return found, per_thread
@@ -122,14 +122,14 @@ class CudaKernels:
         return found
 
     def _compile(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], per_thread: int,
-                 device: int) -> Any:
+                 runtime: Runtime) -> Any:
         try:
             dispatcher = self._dispatcher(loop_dtype, per_thread)
             if SIMULATED:
                 return dispatcher
             # Numba compiles an overload once and loads its module per device, in the current
-            # context: that of ``device`` here.
-            with compiling(), get_runtime(device).current():
+            # context: that of ``runtime``'s device here.
+            with compiling(), runtime.current():
                 return loaded_kernel(dispatcher.compile(argtypes))
         except Exception as exc:
             raise CudaCompileError(

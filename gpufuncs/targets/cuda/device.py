@@ -22,7 +22,7 @@ from ..base import DEVICE, HOST, Arg, Executor, Plan, copy_cast
 from . import arrays
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
-from .runtime import get_runtime, same_stream
+from .runtime import Runtime, same_stream
 
 HALF = np.dtype(np.float16)
 
@@ -130,23 +130,24 @@ def _identity_kernels() -> CudaKernels:
     return CudaKernels(IDENTITY)
 
 
-def cast_plan(src: Layout, dst: Layout, device: int = 0) -> LaunchPlan:
-    """A launch copying ``src`` into ``dst`` (same shape), converting the dtype on the way."""
+def cast_plan(src: Layout, dst: Layout, runtime: Runtime) -> LaunchPlan:
+    """A launch on ``runtime``'s GPU copying ``src`` into ``dst`` (same shape), converting the
+    dtype on the way."""
     loop = np.dtype(np.float64) if np.float64 in (src.dtype, dst.dtype) else np.dtype(np.float32)
     plain = [Layout(op.dtype, op.shape, op.strides) for op in (src, dst)]
-    return LaunchPlan(_identity_kernels(), loop, plain[:1], plain[1:], None, src.shape, device)
+    return LaunchPlan(_identity_kernels(), loop, plain[:1], plain[1:], None, src.shape, runtime)
 
 
 class _Staging:
     """A core operand of another dtype than the loop's, computed through a loop-dtype buffer."""
 
     def __init__(self, index: int, given: Layout, loop: np.dtype, is_input: bool, keep_values: bool,
-                 device: int) -> None:
+                 runtime: Runtime) -> None:
         self.index = index
         self.buffer = Layout.contiguous(given.shape, loop, core=given.core)
-        self.allocate = arrays.buffer_allocator(math.prod(given.shape) * loop.itemsize, get_runtime(device))
-        self.before = cast_plan(given, self.buffer, device) if is_input or keep_values else None
-        self.after = None if is_input else cast_plan(self.buffer, given, device)
+        self.allocate = arrays.buffer_allocator(math.prod(given.shape) * loop.itemsize, runtime)
+        self.before = cast_plan(given, self.buffer, runtime) if is_input or keep_values else None
+        self.after = None if is_input else cast_plan(self.buffer, given, runtime)
 
 
 # -- the decisions of a call signature, step by step ----------------------------------------------
@@ -183,8 +184,8 @@ def _outputs(spec: KernelSpec, plan: Plan, inputs: list[_Operand], runtime: Any)
         for shape, core in zip(plan.out_shapes, out_cores):
             axes = _output_axes(spec, plan, shape)
             layout = Layout.contiguous(shape, plan.result_dtype, axes, core)
-            allocators.append(arrays.allocator(like, shape, plan.result_dtype, axes,
-                                               like_layout=layout == first_layout, device=runtime.ordinal))
+            allocators.append(arrays.allocator(like, shape, plan.result_dtype, axes, runtime,
+                                               like_layout=layout == first_layout))
             operands.append(_Operand(_taken, layout))
         return operands, tuple(allocators), ()
     host_outs = []
@@ -213,15 +214,15 @@ def _mask(plan: Plan, runtime: Any) -> tuple[_Operand | None, bool]:
 
 
 def _stagings(spec: KernelSpec, plan: Plan, layouts: list[Layout], masked: bool,
-              device: int) -> tuple[_Staging, ...]:
+              runtime: Runtime) -> tuple[_Staging, ...]:
     """Core operands of another dtype than the loop's, computed through loop-dtype buffers;
     and float16 results, rounded to float16 on their way into a wider ``out=``."""
     nin, loop = spec.nin, plan.loop.dtype
-    staging = [_Staging(i, lay, loop, i < nin, masked, device)
+    staging = [_Staging(i, lay, loop, i < nin, masked, runtime)
                for i, lay in enumerate(layouts[: nin + spec.nout])
                if lay.core and lay.array and lay.dtype != loop]
     if plan.result_dtype == HALF and not masked and plan.outs is not None:
-        staging += [_Staging(nin + k, lay, HALF, False, False, device)
+        staging += [_Staging(nin + k, lay, HALF, False, False, runtime)
                     for k, lay in enumerate(layouts[nin: nin + spec.nout])
                     if lay.array and lay.dtype != HALF and all(s.index != nin + k for s in staging)]
     return tuple(staging)
@@ -241,7 +242,7 @@ class _Streams:
     def of(operands: list[_Operand], runtime: Any) -> _Streams:
         kinds = [op.kind for op in operands]
         first = next((i for i, k in enumerate(kinds) if k is not None), None)
-        producers = tuple((i, arrays.producer_stream(k, runtime.ordinal)) for i, k in enumerate(kinds)
+        producers = tuple((i, arrays.producer_stream(k, runtime)) for i, k in enumerate(kinds)
                           if k is not None)
         # CuPy and torch arrays all report their library's current stream: only other kinds
         # can need a wait.
@@ -297,18 +298,18 @@ class _Decisions:
 
 
 def _decide(spec: KernelSpec, kernels: CudaKernels, plan: Plan, runtime: Any) -> _Decisions:
-    loop, nin, nout, device = plan.loop.dtype, spec.nin, spec.nout, runtime.ordinal
+    loop, nin, nout = plan.loop.dtype, spec.nin, spec.nout
     operands = [_input(a, c, loop, runtime) for a, c in zip(plan.inputs, plan.cores)]
     outputs, allocators, host_outs = _outputs(spec, plan, operands, runtime)
     mask, constant_where = _mask(plan, runtime)
     operands += outputs + ([mask] if mask is not None else [])
     given = [op.layout for op in operands]
-    staging = _stagings(spec, plan, given, mask is not None, device)
+    staging = _stagings(spec, plan, given, mask is not None, runtime)
     layouts = list(given)
     for stage in staging:
         layouts[stage.index] = stage.buffer
     main = LaunchPlan(kernels, loop, layouts[:nin], layouts[nin:nin + nout],
-                      layouts[nin + nout] if mask is not None else None, plan.loop_shape, device)
+                      layouts[nin + nout] if mask is not None else None, plan.loop_shape, runtime)
     alignment = tuple((i, op.layout.dtype.itemsize - 1) for i, op in enumerate(operands)
                       if op.kind is not None and op.layout.dtype.itemsize > 1)
     names = tuple(name for name, _ in _named(spec, plan)) if plan.outs is not None else spec.input_names
@@ -317,11 +318,11 @@ def _decide(spec: KernelSpec, kernels: CudaKernels, plan: Plan, runtime: Any) ->
                       _overlap_pairs(given, nin, nout), alignment, runtime)  # overlap: as given
 
 
-def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, device: int) -> Executor:
-    """The executor of a call signature with at least one device array, all on ``device``
-    (called with that device's context current)."""
+def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, runtime: Runtime) -> Executor:
+    """The executor of a call signature with at least one device array, all on ``runtime``'s
+    GPU (called with that device's context current)."""
     _refuse_byte_swapped(spec, plan)
-    decisions = _decide(spec, kernels, plan, get_runtime(device))
+    decisions = _decide(spec, kernels, plan, runtime)
     execute = _fast_executor(decisions) if decisions.fast else _Executor(decisions)
     return decisions.runtime.guarded(execute)
 

@@ -17,11 +17,12 @@ lane on every GPU and runs one pipeline per GPU, each in its own thread, all tak
 one shared sequence as they free a slot (a faster GPU simply takes more); results land in the
 same host arrays.
 
-New elementwise results are themselves allocated in pooled pinned memory (up to
-:data:`PINNED_RESULTS_BYTES`), so the GPU copies each chunk straight into the result: no unpack
-copy, and no page faults on fresh result memory, which cost more than the copy itself (measured:
-fresh memory is written at about a quarter of the speed of reused memory). Such a result is an
-ordinary NumPy array; its memory goes back to the pool when the array and all its views are gone.
+New elementwise results are themselves allocated in pooled pinned memory (:class:`PinnedResults`,
+up to :data:`PINNED_RESULTS_BYTES`), so the GPU copies each chunk straight into the result: no
+unpack copy, and no page faults on fresh result memory, which cost more than the copy itself
+(measured: fresh memory is written at about a quarter of the speed of reused memory). Such a
+result is an ordinary NumPy array; its memory goes back to the pool when the array and all its
+views are gone. The lanes, threads and pool are the cuda target's (:class:`Resources`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ..base import Arg, Executor, Plan, c_strides, copy_cast, is_contiguous, rea
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
 from .launch import LaunchPlan, Layout
-from .runtime import Runtime, current_device, get_runtime
+from .runtime import Runtime, Runtimes, current_device
 
 #: Slots in flight (three: one packing, one on the GPU, one unpacking).
 SLOTS = 3
@@ -56,7 +57,8 @@ CHUNK_BYTES = 64 << 20
 #: Copies larger than this are split across threads (NumPy releases the GIL while copying).
 _PARALLEL_COPY_BYTES = 1 << 20
 _THREADS = max(1, min(16, os.cpu_count() or 1))
-#: Pinned memory kept for results (freed results' memory is reused; beyond this, plain memory).
+#: Pinned memory kept for results by default (freed results' memory is reused; beyond this, plain
+#: memory): the budget of :class:`PinnedResults`.
 PINNED_RESULTS_BYTES = min(8 << 30, (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) // 8
                            if hasattr(os, "sysconf") else 1 << 30)
 
@@ -96,8 +98,8 @@ class _Lane:
 class _Lanes:
     """The lanes of one GPU, made on first need, at most :data:`LANES_PER_DEVICE`."""
 
-    def __init__(self, device: int) -> None:
-        self.runtime = get_runtime(device)
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self._free: list[_Lane] = []
         self._lock = threading.Lock()
         self._available = threading.BoundedSemaphore(LANES_PER_DEVICE)
@@ -119,10 +121,19 @@ class _Lanes:
 
 class Resources:
     """What the host pipeline keeps between calls, owned by the cuda target: each GPU's lanes,
-    the threads that run one pipeline per GPU, and the threads that split large copies. All
-    are made on first need."""
+    the threads that run one pipeline per GPU, the threads that split large copies (all made on
+    first need), and the pool of pinned memory for new results.
 
-    def __init__(self) -> None:
+    Parameters
+    ----------
+    runtimes : Runtimes
+        The target's GPU runtimes, whose streams and memory the lanes use.
+    """
+
+    def __init__(self, runtimes: Runtimes) -> None:
+        self.runtimes = runtimes
+        #: Pooled pinned memory for new elementwise results (see :class:`PinnedResults`).
+        self.pinned_results = PinnedResults()
         self._lock = threading.Lock()
         self._lanes: dict[int, _Lanes] = {}
         self._device_threads: dict[int, ThreadPoolExecutor] = {}
@@ -133,7 +144,7 @@ class Resources:
         with self._lock:
             found = self._lanes.get(device)
             if found is None:
-                found = self._lanes[device] = _Lanes(device)
+                found = self._lanes[device] = _Lanes(self.runtimes.get(device))
             return found
 
     def device_threads(self, count: int) -> ThreadPoolExecutor:
@@ -153,43 +164,63 @@ class Resources:
             return self._copy_threads
 
 
+class PinnedResults:
+    """Page-locked memory for new results, pooled: a result's memory goes back to the pool when
+    the result and all its views are gone, and is reused for a later result of its size class.
+
+    Parameters
+    ----------
+    limit : int
+        Bytes of pinned memory the pool may hold at most (:data:`PINNED_RESULTS_BYTES`); beyond
+        it, results are left to plain memory.
+    """
+
+    def __init__(self, limit: int = PINNED_RESULTS_BYTES) -> None:
+        self.limit = limit
+        #: Bytes pinned so far (lent out or free): never more than :attr:`limit`.
+        self.held = 0
+        self._free: dict[int, list[np.ndarray]] = {}  # free blocks by size
+
+    def result(self, shape: tuple[int, ...], dtype: np.dtype, runtime: Runtime) -> np.ndarray | None:
+        """A C-contiguous result in pooled pinned memory (portable: any GPU copies into it at
+        full speed; new memory is pinned through ``runtime``), or ``None`` when the pool is full."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        size = -(-max(nbytes, 1) // (2 << 20)) * (2 << 20)  # 2 MiB classes
+        raw = None
+        free = self._free.get(size)
+        if free:
+            with contextlib.suppress(IndexError):  # another thread took the last one
+                raw = free.pop()
+        if raw is None:
+            if self.held + size > self.limit:
+                return None
+            raw = runtime.pinned(size)
+            self.held += size
+        return np.asarray(_PinnedBlock(self, raw, nbytes)).view(dtype).reshape(shape)
+
+    def give_back(self, raw: np.ndarray) -> None:
+        """Return a block to the pool (from :class:`_PinnedBlock`'s finalizer: takes no lock,
+        which a collection in a thread holding it would deadlock on)."""
+        self._free.setdefault(raw.nbytes, []).append(raw)
+
+
 class _PinnedBlock:
-    """Pooled page-locked memory lent to one result; returned to the pool when it is collected.
+    """Pooled page-locked memory lent to one result; given back to its pool when collected.
 
     Arrays made from it keep it as their base (it is not an ndarray, so NumPy never collapses a
     view's base past it): the memory is reused only once no view of the result is left.
     """
 
-    def __init__(self, raw: np.ndarray, nbytes: int) -> None:
-        self._raw = raw
+    def __init__(self, pool: PinnedResults, raw: np.ndarray, nbytes: int) -> None:
+        self._pool, self._raw = pool, raw
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
                                     "data": (raw.ctypes.data, False)}
 
     def __del__(self) -> None:
         try:
-            _free_blocks.setdefault(self._raw.nbytes, []).append(self._raw)
+            self._pool.give_back(self._raw)
         except (AttributeError, TypeError):  # interpreter shutdown: nothing to keep
             pass
-
-
-_free_blocks: dict[int, list[np.ndarray]] = {}
-_pinned_result_bytes = [0]
-
-
-def _pinned_result(shape: tuple[int, ...], dtype: np.dtype, runtime: Runtime) -> np.ndarray | None:
-    """A C-contiguous result in pooled pinned memory (portable: any GPU copies into it at full
-    speed), or ``None`` when the pool is full."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    size = -(-max(nbytes, 1) // (2 << 20)) * (2 << 20)  # 2 MiB classes
-    free = _free_blocks.get(size)
-    if free:
-        raw = free.pop()
-    elif _pinned_result_bytes[0] + size <= PINNED_RESULTS_BYTES:
-        raw = runtime.pinned(size)
-        _pinned_result_bytes[0] += size
-    else:
-        return None
-    return np.asarray(_PinnedBlock(raw, nbytes)).view(dtype).reshape(shape)
 
 
 def _chunks(loop_shape: tuple[int, ...], capacity: int,
@@ -383,7 +414,7 @@ class _Pipeline:
             outs.append((address_of(buffer), part.shape, dtype, core))
             keep.append(buffer)
         chunk_shape = np.broadcast_to(np.empty((), bool), self.loop_shape)[index].shape
-        self.launches.get(layouts, chunk_shape, runtime.ordinal).launch(values, int(stream.handle))
+        self.launches.get(layouts, chunk_shape, runtime).launch(values, int(stream.handle))
         staged: list[np.ndarray | None] = []
         for k, (address, shape, dtype, _) in enumerate(outs):
             if self.direct[k]:
@@ -417,15 +448,15 @@ class _Launches:
         self.spec, self.kernels, self.loop = spec, kernels, loop
         self._plans: dict[Any, LaunchPlan] = {}
 
-    def get(self, layouts: list[Layout], shape: tuple[int, ...], device: int) -> LaunchPlan:
-        key = (tuple(layouts), shape, device)
+    def get(self, layouts: list[Layout], shape: tuple[int, ...], runtime: Runtime) -> LaunchPlan:
+        key = (tuple(layouts), shape, runtime.ordinal)
         found = self._plans.get(key)
         if found is None:
             if len(self._plans) > 32:
                 self._plans.clear()
             nin = self.spec.nin
             found = self._plans[key] = LaunchPlan(self.kernels, self.loop, layouts[:nin], layouts[nin:],
-                                                  None, shape, device)
+                                                  None, shape, runtime)
         return found
 
 
@@ -480,7 +511,8 @@ def run(spec: KernelSpec, decisions: _Decisions, launches: _Launches, plan: Plan
         where = read_before_write([where], outs, same_is_safe=True)[0]
         results, direct = outs, [False] * len(outs)
     else:
-        results, direct = _new_results(spec, plan, get_runtime(devices[0]))
+        results, direct = _new_results(spec, plan, resources.runtimes.get(devices[0]),
+                                       resources.pinned_results)
     pipeline = _Pipeline(decisions, launches, plan, inputs, results, where, direct, resources)
     chunks = _Chunks(pipeline.loop_shape, pipeline.capacity)
     if len(devices) == 1:
@@ -517,12 +549,13 @@ def _run_on_all(pipeline: _Pipeline, devices: tuple[int, ...], chunks: _Chunks) 
         job.result()
 
 
-def _new_results(spec: KernelSpec, plan: Plan, runtime: Runtime) -> tuple[tuple[np.ndarray, ...], list[bool]]:
+def _new_results(spec: KernelSpec, plan: Plan, runtime: Runtime,
+                 pool: PinnedResults) -> tuple[tuple[np.ndarray, ...], list[bool]]:
     results, direct = [], []
     for shape in plan.out_shapes:
         pinned = None
         if spec.layout is None and (plan.order == "C" or len(shape) < 2):
-            pinned = _pinned_result(shape, plan.result_dtype, runtime)
+            pinned = pool.result(shape, plan.result_dtype, runtime)
         results.append(pinned if pinned is not None else np.empty(shape, plan.result_dtype,
                                                                    order=plan.order))
         direct.append(pinned is not None)

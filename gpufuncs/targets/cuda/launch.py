@@ -22,7 +22,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..base import c_strides
 from .compat import SimCore, SimPointer
-from .runtime import BLOCK, get_runtime
+from .runtime import BLOCK, Runtime
 
 _ONE = np.uint8(1)  # ``where`` when nothing is masked: passed by value, folded by the compiler
 
@@ -265,7 +265,7 @@ def _indexing(operands: list[Layout],
 
 
 class LaunchPlan:
-    """One kernel launch over ``loop_shape`` for operands of fixed layouts, on GPU ``device``.
+    """One kernel launch over ``loop_shape`` for operands of fixed layouts, on ``runtime``'s GPU.
 
     :attr:`launch` takes the per-call values in order: for each input its pointer (an array) or
     its value (a scalar, in the loop dtype), then each output's pointer, then the ``where``
@@ -273,7 +273,7 @@ class LaunchPlan:
     """
 
     def __init__(self, kernels: Any, loop_dtype: np.dtype, inputs: list[Layout], outputs: list[Layout],
-                 where: Layout | None, loop_shape: tuple[int, ...], device: int = 0) -> None:
+                 where: Layout | None, loop_shape: tuple[int, ...], runtime: Runtime) -> None:
         # No launch when every output is empty (an output core dimension of 0): there is nothing
         # to write, and such operands have no valid extent to describe to the kernel.
         empty = bool(outputs) and all(0 in op.shape for op in outputs)
@@ -304,9 +304,8 @@ class LaunchPlan:
         else:
             self.params = (tuple(p for p, _ in params), tuple(s for _, s in params), w, sw, shape, self.n)
         argtypes = tuple(_numba_type(p) for p in self.params)
-        self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes, self.n, device)
+        self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes, self.n, runtime)
         self.blocks = -(-self.n // (BLOCK * per_thread))
-        runtime = get_runtime(device)
         #: ``launch(values, handle)``: launch on the stream ``handle`` with this call's pointers
         #: and scalars (see the class docstring). One closure from the runtime, which packs the
         #: values and calls the driver: a small call's launch costs two Python calls.

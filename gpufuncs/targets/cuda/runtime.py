@@ -82,11 +82,11 @@ def _check(err: Any, what: str) -> None:
 class Runtime:
     """One GPU through ``cuda.core``: streams by handle, a stream-ordered pool, copies, launches.
 
-    There is one runtime per device (:func:`get_runtime`). On a machine with one GPU its primary
-    context is made current in each thread that uses it, once, and left there. With several GPUs
-    calls switch contexts, so each runtime makes its device's context current around its work
-    (:meth:`activate`, :meth:`current`, :meth:`guarded`) and puts the caller's back after it:
-    a CuPy user inside ``with cupy.cuda.Device(1):`` stays on device 1.
+    There is one runtime per device, made by the cuda target's :class:`Runtimes`. On a machine
+    with one GPU its primary context is made current in each thread that uses it, once, and left
+    there. With several GPUs calls switch contexts, so each runtime makes its device's context
+    current around its work (:meth:`activate`, :meth:`current`, :meth:`guarded`) and puts the
+    caller's back after it: a CuPy user inside ``with cupy.cuda.Device(1):`` stays on device 1.
     """
 
     simulated = False
@@ -466,23 +466,24 @@ def current_device() -> int:
     return int(device) if int(err) == 0 else 0
 
 
-_runtimes: dict[int, Runtime] = {}
-_runtimes_lock = threading.Lock()
+class Runtimes:
+    """The runtime of each GPU, owned by the cuda target: made on a GPU's first use (never at
+    import), one per GPU, from any thread."""
 
+    def __init__(self) -> None:
+        self._made: dict[int, Runtime] = {}
+        self._lock = threading.Lock()
 
-def get_runtime(device: int = 0) -> Runtime:
-    """The runtime of GPU ``device`` (created on its first use, never at import; one per GPU)."""
-    found = _runtimes.get(device)
-    if found is None:
-        with _runtimes_lock:
-            found = _runtimes.get(device)
-            if found is None:
-                found = _runtimes[device] = SimRuntime(device) if SIMULATED else Runtime(device)
-    return found
+    def get(self, device: int = 0) -> Runtime:
+        """The runtime of GPU ``device`` (created here on its first use)."""
+        found = self._made.get(device)
+        if found is None:
+            with self._lock:
+                found = self._made.get(device)
+                if found is None:
+                    found = self._made[device] = SimRuntime(device) if SIMULATED else Runtime(device)
+        return found
 
-
-def existing_runtimes() -> list[Runtime]:
-    """The runtimes created so far (none before the first cuda call)."""
-    return list(_runtimes.values())
-
-
+    def existing(self) -> list[Runtime]:
+        """The runtimes created so far (none before the first cuda call); creates none."""
+        return list(self._made.values())
