@@ -7,7 +7,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -33,21 +32,19 @@ ROW = ("suite", "kernel", "target", "dtype", "n", "outputs", "data", "call", "me
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     """One ``python -m benchmarks --quick`` run into a temporary folder: its JSON, its plot folder,
-    its output and wall time; ``benchmarks/results/`` is left as it was."""
+    and its output; ``benchmarks/results/`` is left as it was."""
     out = tmp_path_factory.mktemp("bench")
     before = {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()}
-    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--json", str(out / "run.json"),
                            "--plot", str(out / "plots")], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
-    seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()} == before
-    return json.loads((out / "run.json").read_text()), out / "plots", proc, seconds
+    return json.loads((out / "run.json").read_text()), out / "plots", proc
 
 
 def test_quick_run_meta_says_what_ran_where(quick_run):
-    result, _, proc, seconds = quick_run
+    result, _, proc = quick_run
     meta = result["meta"]
     assert set(META) <= set(meta), set(META) - set(meta)
     assert meta["quick"] is True and meta["cores"] >= 1
@@ -56,7 +53,6 @@ def test_quick_run_meta_says_what_ran_where(quick_run):
         assert result["skipped"]["gpu"] == bench_gpu.unavailable() == meta["gpu skipped"]
         assert "gpu suite skipped" in proc.stderr
         assert meta["suites"] == ["cpu", "overhead"]
-    assert seconds < 120, f"--quick took {seconds:.0f} s"
 
 
 def test_quick_run_rows_are_complete_and_sane(quick_run):
