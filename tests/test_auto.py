@@ -267,3 +267,49 @@ def test_one_slow_sample_does_not_move_the_crossover(kernels, fresh_auto):
         fresh_auto._record(learned, "parallel", LARGE, 4e-5 + 1e-10 * LARGE + stall)
     expected = (4e-5 - 1e-6) / (1e-9 - 1e-10)
     assert learned.cpu_below == learned.parallel_from == pytest.approx(expected)
+
+
+def test_threads_that_lost_only_to_a_cost_learned_in_cache_are_compared_again(kernels, fresh_auto):
+    """cpu timed on calls of 10^4 elements (in cache), threads on 10^6 (memory-bound): threads
+    that lose to the in-cache cost are compared with cpu timed again on calls of their size, and
+    win there (clamp float64 on 2 cores). A new process keeps that, without timing again."""
+    if not auto.GUARD.parallel_usable or auto.numba.get_num_threads() < 2:
+        pytest.skip("auto stays on cpu with one thread: nothing is learned")
+    fresh_auto.start = {"cpu": 1e-6, "parallel": 4e-6}
+    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
+    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    small, large = 10_000, 1_000_000
+    for _ in range(auto.SAMPLES):  # 0.5 ns per element in cache
+        fresh_auto._record(learned, "cpu", small, 1e-6 + 0.5e-9 * small)
+    learned.cpu_below = 0.0  # the caller's large calls are tried on parallel (as TRY_FROM would)
+    for _ in range(auto.SAMPLES):  # 0.6 ns per element on threads: lost to the in-cache cost
+        fresh_auto._record(learned, "parallel", large, 4e-6 + 0.6e-9 * large)
+    assert learned.cost("cpu") is None and learned.cpu_from == large // 2  # cpu is timed again
+    fresh_auto._record(learned, "cpu", small, 1e-6 + 0.5e-9 * small)  # too small: not counted
+    assert learned.cost("cpu") is None
+    for _ in range(auto.SAMPLES):  # 1.2 ns per element out of cache
+        fresh_auto._record(learned, "cpu", large, 1e-6 + 1.2e-9 * large)
+    expected = max(learned.first, auto.ALWAYS_CPU, (4e-6 - 1e-6) / (1.2e-9 - 0.6e-9))
+    assert learned.cpu_below == learned.parallel_from == pytest.approx(expected)
+    assert expected < large  # so calls of 10^6 now run on parallel
+
+    again = auto.AutoTarget(targets.get_target("cpu"), targets.get_target("parallel"), fresh_auto.path.parent)
+    reloaded = again._state(kernels.normalize.spec, plan)
+    assert (reloaded.cpu_below, reloaded.parallel_from) == (learned.cpu_below, learned.parallel_from)
+    assert reloaded.cpu_from == large // 2 and again.timed == {"cpu": 0, "parallel": 0}
+
+
+def test_threads_that_lost_at_the_size_cpu_was_timed_on_are_not_compared_again(kernels, fresh_auto):
+    """Costs learned at sizes within SIZE_CLASS of each other are compared as they are."""
+    if not auto.GUARD.parallel_usable or auto.numba.get_num_threads() < 2:
+        pytest.skip("auto stays on cpu with one thread: nothing is learned")
+    fresh_auto.start = {"cpu": 1e-6, "parallel": 4e-6}
+    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
+    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    for _ in range(auto.SAMPLES):
+        fresh_auto._record(learned, "cpu", LARGE // 4, 1e-6 + 1e-9 * (LARGE // 4))
+    learned.cpu_below = 0.0
+    for _ in range(auto.SAMPLES):
+        fresh_auto._record(learned, "parallel", LARGE, 4e-6 + 1.1e-9 * LARGE)
+    assert learned.cost("cpu") == pytest.approx(1e-9) and learned.cpu_from == 0
+    assert learned.cpu_below == learned.parallel_from == 4.0 * LARGE  # the 4x retry rule

@@ -15,7 +15,10 @@ on values its caller never has), so it learns the two halves of that formula apa
   always what ``target="cpu"`` would do; then, knowing ``b``, calls large enough that threads
   could win even if they shared the work perfectly (``b' = b / threads``) run on ``parallel``
   until ``b'`` is known too (each such call can lose at most about the thread start ``a' - a``
-  against ``cpu``). The crossover is then settled and nothing is timed any more.
+  against ``cpu``). Where threads lost on calls many times larger than those ``b`` was learned
+  on (:data:`SIZE_CLASS`), ``b`` is learned again on calls of their size: a memory-bound kernel
+  costs more per element out of cache. The crossover is then settled and nothing is timed any
+  more.
 
 Every resolved ``auto`` call (see :class:`AutoTarget`) reads the decision per call, one attribute
 of its kernel's :class:`Learned` state, so it is cached from its first call, and every
@@ -83,10 +86,20 @@ TRY_FROM = 1 << 18
 #: run on ``parallel``, unless that size was already this many loop elements or more.
 LARGE = 1 << 24
 
+#: Threads that lost at calls this many times larger than those ``cpu``'s cost was learned on are
+#: compared again with ``cpu`` timed on calls of about their size: a memory-bound kernel costs
+#: several times more per element out of cache (10^6) than in it (10^4), so its threads can lose
+#: to a cost ``cpu`` does not have there (clamp float64 stayed on cpu at 10^6 on 2 cores, 1.9x
+#: slower than parallel).
+SIZE_CLASS = 8
+
 #: Version of the file format; another version is ignored (and replaced on the next write).
 FORMAT = 1
 
 _INF = float("inf")
+
+#: The call sizes of a :class:`Learned` kept on disk with its costs.
+_SIZES_KEPT = ("parallel_n", "won_at", "cpu_n", "cpu_from")
 
 
 class Learned:
@@ -98,8 +111,8 @@ class Learned:
     per loop element measured on each target, from the caller's calls or the disk.
     """
 
-    __slots__ = ("cpu", "cpu_below", "disk_key", "first", "name", "parallel", "parallel_from", "parallel_n",
-                 "won_at")
+    __slots__ = ("cpu", "cpu_below", "cpu_from", "cpu_n", "disk_key", "first", "name", "parallel",
+                 "parallel_from", "parallel_n", "won_at")
 
     def __init__(self, name: str, disk_key: str | None, first: int) -> None:
         self.name, self.disk_key, self.first = name, disk_key, first
@@ -107,6 +120,8 @@ class Learned:
         self.parallel: list[float] = []
         self.cpu_below, self.parallel_from = 0.0, _INF
         self.parallel_n = 0  # the largest call timed on parallel
+        self.cpu_n = 0  # the largest call timed on cpu (0: unknown)
+        self.cpu_from = 0  # calls timed on cpu count from this size (see SIZE_CLASS)
         self.won_at = 0  # the smallest call timed on parallel that beat cpu's time for it
 
     def cost(self, target: str) -> float | None:
@@ -199,13 +214,19 @@ class AutoTarget:
             samples = learned.cpu if target == "cpu" else learned.parallel
             if len(samples) >= SAMPLES or not GUARD.parallel_usable:
                 return  # enough already (another thread's), or threads that run serially
+            if target == "cpu" and n < learned.cpu_from:
+                return  # cpu is being timed again at the size threads were (see SIZE_CLASS)
             start = self._machine()
             samples.append(max(seconds - start[target], 0.0) / n)
-            if target == "parallel":
+            if target == "cpu":
+                learned.cpu_n = max(learned.cpu_n, n)
+            else:
                 learned.parallel_n = max(learned.parallel_n, n)
                 cpu = learned.cost("cpu")
                 if cpu is not None and seconds < start["cpu"] + cpu * n:
                     learned.won_at = min(learned.won_at or n, n)
+                if len(samples) == SAMPLES:
+                    _compare_at_one_size(learned)
             self.timed[target] += 1
             self._decide(learned)
             if len(samples) == SAMPLES:
@@ -344,7 +365,7 @@ class AutoTarget:
             value = stored.get(target)
             if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
                 samples.extend([float(value)] * SAMPLES)
-        for name in ("parallel_n", "won_at"):
+        for name in _SIZES_KEPT:
             value = stored.get(name)
             if isinstance(value, int) and value > 0:
                 setattr(learned, name, value)
@@ -358,8 +379,7 @@ class AutoTarget:
         if learned is not None and learned.disk_key is not None:
             costs = {t: learned.cost(t) for t in ("cpu", "parallel")}
             known: dict[str, float] = {t: c for t, c in costs.items() if c is not None}
-            known.update({name: getattr(learned, name) for name in ("parallel_n", "won_at")
-                          if getattr(learned, name)})
+            known.update({name: getattr(learned, name) for name in _SIZES_KEPT if getattr(learned, name)})
             entries.setdefault("kernels", {})[learned.disk_key] = known
         path = self.path
         on_disk = _read(path)
@@ -375,6 +395,20 @@ class AutoTarget:
             finally:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
+
+
+def _compare_at_one_size(learned: Learned) -> None:
+    """Threads that lost (no call of theirs beat cpu's) at calls :data:`SIZE_CLASS` times larger
+    than those cpu was timed on may have lost to a cost learned in cache: forget cpu's samples
+    and time it again on calls of about the threads' size before deciding (they run on cpu
+    meanwhile, as a lost comparison would have them)."""
+    cpu, parallel = learned.cost("cpu"), learned.cost("parallel")
+    if learned.won_at or cpu is None or parallel is None or parallel < cpu:
+        return
+    if 0 < learned.cpu_n and learned.parallel_n > SIZE_CLASS * learned.cpu_n:
+        learned.cpu.clear()
+        learned.cpu_n = 0
+        learned.cpu_from = learned.parallel_n // 2
 
 
 def _read(path: Path) -> dict[str, Any]:
