@@ -253,14 +253,20 @@ def test_a_new_process_measures_nothing(kernels, tmp_path):
     assert second["crossovers"] == first["crossovers"]
 
 
+def _learning(kernels, auto_target: auto.AutoTarget, parallel_start: float):
+    """``normalize``'s learned state (and its plan) on ``auto_target``, which starts threads in
+    ``parallel_start`` seconds and a cpu call in 1 us; skips where auto learns nothing."""
+    if not auto.GUARD.parallel_usable or auto.numba.get_num_threads() < 2:
+        pytest.skip("auto stays on cpu with one thread: nothing is learned")
+    auto_target.start = {"cpu": 1e-6, "parallel": parallel_start}
+    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
+    return auto_target._state(kernels.normalize.spec, plan), plan
+
+
 def test_one_slow_sample_does_not_move_the_crossover(kernels, fresh_auto):
     """A parallel call that waited 4 ms for a thread to be scheduled (as in stretches on the
     16-core VM) is one sample of three: the median is a clean one."""
-    if not auto.GUARD.parallel_usable or auto.numba.get_num_threads() < 2:
-        pytest.skip("auto stays on cpu with one thread: nothing is learned")
-    fresh_auto.start = {"cpu": 1e-6, "parallel": 4e-5}
-    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
-    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    learned, _ = _learning(kernels, fresh_auto, parallel_start=4e-5)
     for _ in range(auto.SAMPLES):
         fresh_auto._record(learned, "cpu", LARGE, 1e-6 + 1e-9 * LARGE)
     for stall in (4e-3, 0.0, 0.0):
@@ -273,11 +279,7 @@ def test_threads_that_lost_only_to_a_cost_learned_in_cache_are_compared_again(ke
     """cpu timed on calls of 10^4 elements (in cache), threads on 10^6 (memory-bound): threads
     that lose to the in-cache cost are compared with cpu timed again on calls of their size, and
     win there (clamp float64 on 2 cores). A new process keeps that, without timing again."""
-    if not auto.GUARD.parallel_usable or auto.numba.get_num_threads() < 2:
-        pytest.skip("auto stays on cpu with one thread: nothing is learned")
-    fresh_auto.start = {"cpu": 1e-6, "parallel": 4e-6}
-    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
-    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    learned, plan = _learning(kernels, fresh_auto, parallel_start=4e-6)
     small, large = 10_000, 1_000_000
     for _ in range(auto.SAMPLES):  # 0.5 ns per element in cache
         fresh_auto._record(learned, "cpu", small, 1e-6 + 0.5e-9 * small)
@@ -301,11 +303,7 @@ def test_threads_that_lost_only_to_a_cost_learned_in_cache_are_compared_again(ke
 
 def test_threads_that_lost_at_the_size_cpu_was_timed_on_are_not_compared_again(kernels, fresh_auto):
     """Costs learned at sizes within SIZE_CLASS of each other are compared as they are."""
-    if not auto.GUARD.parallel_usable or auto.numba.get_num_threads() < 2:
-        pytest.skip("auto stays on cpu with one thread: nothing is learned")
-    fresh_auto.start = {"cpu": 1e-6, "parallel": 4e-6}
-    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
-    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    learned, _ = _learning(kernels, fresh_auto, parallel_start=4e-6)
     for _ in range(auto.SAMPLES):
         fresh_auto._record(learned, "cpu", LARGE // 4, 1e-6 + 1e-9 * (LARGE // 4))
     learned.cpu_below = 0.0
