@@ -146,6 +146,9 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
 
 #: ``numpy.may_share_memory`` without its ``__array_function__`` dispatch (the arguments here are
 #: always base-class ndarrays): most of the cost of a small ``out=`` call's overlap check.
+_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
+
+
 def copy_cast(dst: np.ndarray, src: Any, where: Any = True) -> None:
     """``np.copyto(dst, src, casting="unsafe", where=where)``; nothing at all for an empty ``dst``.
 
@@ -156,9 +159,6 @@ def copy_cast(dst: np.ndarray, src: Any, where: Any = True) -> None:
     """
     if dst.size:
         np.copyto(dst, src, casting="unsafe", where=where)
-
-
-_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
 def read_before_write(inputs: Any, outs: tuple[Any, ...], same_is_safe: bool = True) -> Any:
