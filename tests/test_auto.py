@@ -100,7 +100,11 @@ def test_kernels_that_fail_off_the_callers_values_behave_as_on_cpu(kernels, fres
             for _ in range(2 * auto.SAMPLES + 2):
                 np.testing.assert_array_equal(kernel(x), expected)
     if auto.GUARD.parallel_usable and auto.numba.get_num_threads() >= 2:
-        assert fresh_auto.timed == {"cpu": 3 * auto.SAMPLES, "parallel": 3 * auto.SAMPLES}
+        # cpu is timed again at the large size where threads lost to its small-size cost
+        # (SIZE_CLASS: on a loaded machine threads can lose at 2^20).
+        again = sum(learned.cpu_from > 0 for states in fresh_auto._learned.values()
+                    for learned in states.values())
+        assert fresh_auto.timed == {"cpu": (3 + again) * auto.SAMPLES, "parallel": 3 * auto.SAMPLES}
     np.testing.assert_array_equal(kernels.sqrt_or_raise(np.array([1.0, 2.0])), [1.0, math.sqrt(2)])
 
 
