@@ -20,7 +20,7 @@ from .spec import (
     KernelSpec,
     Tolerance,
     check_benchmark,
-    check_loop_order,
+    check_loops,
     parse_layout,
     parse_loop,
 )
@@ -175,8 +175,9 @@ def _define(
         )
     if not signatures:
         raise KernelDefinitionError(f"kernel {kname!r}: give at least one signature")
-    loops = tuple(parse_loop(s, len(params), parsed is not None) for s in signatures)
-    check_loop_order(loops, kname)
+    nout = len(parsed.outputs) if parsed is not None else 0
+    loops = tuple(parse_loop(s, len(params), parsed is not None, nout) for s in signatures)
+    check_loops(loops, kname)
     if identity is not None and (parsed is not None or len(params) != 2):
         raise KernelDefinitionError(f"kernel {kname!r}: only binary elementwise kernels have an identity")
     unknown = set(domains or {}) - set(params)
@@ -203,7 +204,7 @@ def _define(
 def ufunc(
     *,
     signatures: Sequence[str],
-    reference: Callable[..., Any] | None,
+    reference: Callable[..., Any] | None = None,
     name: str | None = None,
     tolerances: Mapping[Any, Tolerance | float] | None = None,
     doc: str | None = None,
@@ -217,11 +218,14 @@ def ufunc(
     Parameters
     ----------
     signatures : sequence of str
-        Numba signatures, one per dtype, float32 before float64, e.g.
-        ``["float32(float32, float32)", "float64(float64, float64)"]``.
-    reference : callable
-        The NumPy/SciPy function the kernel must agree with (``None`` is allowed for
-        experiments, but the test suite fails for a registered kernel without one).
+        Numba signatures, in the order calls select them (the first loop every input casts
+        to safely), e.g. ``["float32(float32, float32)", "float64(float64, float64)"]``. Any
+        mix of bool, integer, float32/float64 and complex64/complex128 types, such as
+        ``"float64(float64, int64)"`` or ``"boolean(float64)"``.
+    reference : callable, optional
+        The NumPy/SciPy function the kernel must agree with. Without one,
+        :func:`gpufuncs.testing.check_kernel` checks every target against the kernel run as
+        plain Python.
     name : str, optional
         Registry name; defaults to the function's name.
     tolerances : mapping, optional
@@ -266,7 +270,7 @@ def gufunc(
     *,
     signatures: Sequence[str],
     layout: str,
-    reference: Callable[..., Any] | None,
+    reference: Callable[..., Any] | None = None,
     name: str | None = None,
     tolerances: Mapping[Any, Tolerance | float] | None = None,
     doc: str | None = None,

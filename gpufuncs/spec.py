@@ -22,9 +22,10 @@ from numba.np.numpy_support import as_dtype
 
 from .errors import KernelDefinitionError
 
-#: Loop dtypes a kernel may declare, in the order they must be declared (NumPy resolves a call
-#: to the first loop that fits, so narrower loops come first; see ``check_td_order`` in NumPy).
-LOOP_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.float32), np.dtype(np.float64))
+#: Kinds a loop may declare: bool, signed and unsigned integers, floating, complex. float16 is a
+#: storage type only (NumPy's own float16 loops compute in float32): see :func:`half_loops`.
+LOOP_KINDS = "biufc"
+HALF = np.dtype(np.float16)
 
 
 @dataclass(frozen=True)
@@ -43,21 +44,41 @@ class Tolerance:
 
 
 def default_tolerance(dtype: np.dtype) -> Tolerance:
-    """SciPy's ``FuncData`` default: five machine epsilons, relative."""
+    """SciPy's ``FuncData`` default: five machine epsilons, relative (floating and complex
+    results); integer and bool results are exact."""
+    if np.dtype(dtype).kind not in "fc":
+        return Tolerance(rtol=0.0)
     return Tolerance(rtol=5 * float(np.finfo(dtype).eps))
 
 
 @dataclass(frozen=True)
 class Loop:
-    """One compiled dtype loop: every input and output of the kernel shares ``dtype``."""
+    """One compiled loop: the dtype of each input and of each output.
 
-    dtype: np.dtype
+    ``runs`` is the declared loop a float16 loop computes in (see :func:`half_loops`), ``None``
+    for a declared loop.
+    """
+
     signature: str  # the Numba signature string it is compiled from
+    inputs: tuple[np.dtype, ...]
+    outputs: tuple[np.dtype, ...]
+    runs: Loop | None = None
 
     @property
-    def char(self) -> str:
-        """NumPy's one-letter type code (``'f'``, ``'d'``)."""
-        return self.dtype.char
+    def dtype(self) -> np.dtype | None:
+        """The dtype every argument shares, or ``None`` for a loop of several dtypes."""
+        found = set(self.inputs + self.outputs)
+        return found.pop() if len(found) == 1 else None
+
+    @property
+    def types(self) -> str:
+        """NumPy's loop string, e.g. ``'fq->f'``."""
+        return "".join(d.char for d in self.inputs) + "->" + "".join(d.char for d in self.outputs)
+
+    @property
+    def compiled(self) -> Loop:
+        """The declared loop that runs: itself, or the one a float16 loop computes in."""
+        return self.runs or self
 
 
 @dataclass(frozen=True)
@@ -117,43 +138,96 @@ def parse_layout(text: str) -> Layout:
     return layout
 
 
-def _arg_dtype(t: types.Type) -> np.dtype:
-    return as_dtype(t.dtype if isinstance(t, types.Array) else t)
+def _arg_dtype(t: types.Type, signature: str) -> np.dtype:
+    scalar = t.dtype if isinstance(t, types.Array) else t
+    try:
+        dtype = as_dtype(scalar)
+    except NotImplementedError:
+        dtype = None
+    if dtype is None or dtype.kind not in LOOP_KINDS or dtype.itemsize > 16:
+        raise KernelDefinitionError(
+            f"signature {signature!r}: {scalar} is not a loop type; loops take bool, integers, "
+            "float32, float64, complex64 and complex128")
+    if dtype == HALF:
+        raise KernelDefinitionError(
+            f"signature {signature!r}: float16 is a storage type; declare the float32 loop, in "
+            "which float16 inputs compute (with float16 results, as NumPy's float16 loops)")
+    return dtype
 
 
-def parse_loop(signature: str, nargs: int, is_gufunc: bool) -> Loop:
-    """Check one Numba signature string and return its :class:`Loop`."""
+def _returned(ret: types.Type | None, signature: str, is_gufunc: bool) -> tuple[types.Type, ...]:
+    """The output types a signature declares: a gufunc's are among its arguments (``void``), an
+    elementwise kernel returns one value or a tuple of values (several outputs)."""
+    if is_gufunc:
+        if ret not in (None, types.void):
+            raise KernelDefinitionError(f"gufunc signature {signature!r} must return void")
+        return ()
+    if ret is None or ret == types.void:
+        raise KernelDefinitionError(f"signature {signature!r} declares no return type")
+    if isinstance(ret, types.BaseTuple):
+        if len(ret) == 0:
+            raise KernelDefinitionError(f"signature {signature!r} returns an empty tuple")
+        return tuple(ret)
+    return (ret,)
+
+
+def parse_loop(signature: str, nargs: int, is_gufunc: bool, nout: int = 0) -> Loop:
+    """Check one Numba signature string and return its :class:`Loop` (``nout``: a gufunc's
+    number of outputs, its last arguments)."""
     try:
         args, ret = sigutils.normalize_signature(signature)
     except Exception as exc:
         raise KernelDefinitionError(f"cannot parse signature {signature!r}: {exc}") from exc
-    if is_gufunc and ret not in (None, types.void):
-        raise KernelDefinitionError(f"gufunc signature {signature!r} must return void")
-    everything = list(args) if is_gufunc else [*args, ret]
     if len(args) != nargs:
         raise KernelDefinitionError(
             f"signature {signature!r} has {len(args)} arguments, the function takes {nargs}"
         )
-    dtypes = {_arg_dtype(t) for t in everything}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in LOOP_DTYPES:
-        raise KernelDefinitionError(
-            f"signature {signature!r}: every argument must share one dtype, float32 or float64"
-        )
-    return Loop(dtype=dtypes.pop(), signature=signature)
+    returned = _returned(ret, signature, is_gufunc)
+    inputs = args[: nargs - nout] if is_gufunc else args
+    outputs = args[nargs - nout:] if is_gufunc else returned
+    for t in returned:
+        if isinstance(t, types.Array):
+            raise KernelDefinitionError(f"signature {signature!r}: an elementwise kernel returns "
+                                        "scalars; declare a gufunc to write arrays")
+    return Loop(signature=signature, inputs=tuple(_arg_dtype(t, signature) for t in inputs),
+                outputs=tuple(_arg_dtype(t, signature) for t in outputs))
 
 
-def check_loop_order(loops: tuple[Loop, ...], name: str) -> None:
-    """Loops must be unique and ordered narrow to wide (float32 before float64)."""
-    order = [LOOP_DTYPES.index(loop.dtype) for loop in loops]
-    if len(set(order)) != len(order):
-        raise KernelDefinitionError(
-            f"kernel {name!r}: duplicate dtype loops {[lp.signature for lp in loops]}"
-        )
-    if order != sorted(order):
-        raise KernelDefinitionError(
-            f"kernel {name!r}: signatures must be ordered float32 before float64, got "
-            f"{[lp.signature for lp in loops]}"
-        )
+def check_loops(loops: tuple[Loop, ...], name: str) -> None:
+    """Every loop must be selectable: NumPy picks the first loop that the inputs cast to safely,
+    so a loop whose inputs all cast safely to an earlier loop's is never picked (declare
+    narrower loops first), and two loops of the same inputs are ambiguous."""
+    if len({len(lp.outputs) for lp in loops}) > 1:
+        raise KernelDefinitionError(f"kernel {name!r}: every signature must return the same number "
+                                    f"of outputs, got {[lp.signature for lp in loops]}")
+    for i, later in enumerate(loops):
+        for earlier in loops[:i]:
+            if earlier.inputs == later.inputs:
+                raise KernelDefinitionError(
+                    f"kernel {name!r}: duplicate loops for inputs ({later.types.split('->')[0]}): "
+                    f"{earlier.signature!r} and {later.signature!r}")
+            if all(np.can_cast(a, b, "safe") for a, b in zip(later.inputs, earlier.inputs)):
+                raise KernelDefinitionError(
+                    f"kernel {name!r}: loop {later.signature!r} is never selected: its inputs cast "
+                    f"safely to those of {earlier.signature!r} before it (NumPy picks the first loop "
+                    "that fits); declare narrower loops first, e.g. float32 before float64")
+
+
+def half_loops(loops: tuple[Loop, ...]) -> tuple[Loop, ...]:
+    """The loops a call selects from: before each declared loop with float32 arguments, its
+    float16 twin (float32 replaced by float16), computing in it, as NumPy's float16 loops
+    compute in float32 and round the results to float16. A loop that an earlier declared
+    loop's float16 twin already covers gets none."""
+    f32 = np.dtype(np.float32)
+    result: list[Loop] = []
+    for lp in loops:
+        if f32 in lp.inputs + lp.outputs:
+            twin = Loop(lp.signature, tuple(HALF if d == f32 else d for d in lp.inputs),
+                        tuple(HALF if d == f32 else d for d in lp.outputs), runs=lp)
+            if all(t.inputs != twin.inputs for t in result):
+                result.append(twin)
+        result.append(lp)
+    return tuple(result)
 
 
 @dataclass(frozen=True)
@@ -245,7 +319,7 @@ class KernelSpec:
         The scalar Python function (``math`` only). For gufuncs it receives the output arrays as
         trailing arguments and writes into them.
     loops : tuple of Loop
-        Compiled dtype loops, float32 first.
+        The declared loops, in the order calls select them (see :meth:`selectable`).
     layout : Layout or None
         Core dimensions of a generalized kernel; ``None`` for an elementwise one.
     reference : callable
@@ -295,7 +369,7 @@ class KernelSpec:
 
     @property
     def nout(self) -> int:
-        return len(self.layout.outputs) if self.layout else 1
+        return len(self.layout.outputs) if self.layout else len(self.loops[0].outputs)
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -308,8 +382,14 @@ class KernelSpec:
         return (self.tolerances.get((target, dtype)) or self.tolerances.get(dtype)
                 or default_tolerance(dtype))
 
+    @functools.cached_property
+    def selectable(self) -> tuple[Loop, ...]:
+        """The loops a call selects from, in order: the declared ones and their float16 twins
+        (see :func:`half_loops`)."""
+        return half_loops(self.loops)
+
     def loop_for(self, dtype: np.dtype) -> Loop | None:
-        """The declared loop computing in ``dtype``, if any."""
+        """The declared loop whose every argument is ``dtype``, if any."""
         return next((lp for lp in self.loops if lp.dtype == dtype), None)
 
     @functools.cached_property
@@ -338,6 +418,6 @@ def _identity(x):
 #: ``x -> x`` in float32 and float64: casting copies between device arrays, and new copies.
 IDENTITY = KernelSpec(
     name="identity", pyfunc=_identity, layout=None, reference=None, tolerances={}, doc="x -> x",
-    loops=(Loop(np.dtype(np.float32), "float32(float32)"), Loop(np.dtype(np.float64), "float64(float64)")),
+    loops=tuple(parse_loop(f"{t}({t})", 1, False) for t in ("float32", "float64")),
     arg_names=("x",),
 )

@@ -46,6 +46,7 @@ from .dispatch import Kernel
 from .registry import get_kernel
 from .spec import KernelSpec, Tolerance
 from .targets import available_targets
+from .testing_loops import check_loop, is_exact_loop
 
 __all__ = [
     "Comparison",
@@ -688,7 +689,11 @@ def check_kernel(
     every target, checks each result with :func:`compare` (the kernel's declared tolerance) and
     checks that the targets agree with each other: ``cpu`` and ``parallel`` bit for bit (they
     run the same compiled code), any other pair on the placement of NaN and infinities (their
-    values are each within tolerance of the reference already).
+    values are each within tolerance of the reference already). Loops of integers, bool,
+    complex or mixed types, and every loop of a kernel declared without a reference, are
+    checked by :func:`gpufuncs.testing_loops.check_loop` instead: exactly (integers, bool), or
+    within the tolerance (floating, complex), against the reference on the loop's own dtypes or
+    the kernel run as plain Python.
 
     Parameters
     ----------
@@ -710,14 +715,15 @@ def check_kernel(
     Raises
     ------
     AssertionError
-        On the first (shrunk) disagreement, with :func:`compare`'s report; also when the kernel
-        declares no reference.
+        On the first (shrunk) disagreement, with :func:`compare`'s report.
     ValueError
         For an unknown target or a dtype the kernel has no loop for.
     """
     k = _resolve(kernel)
-    _require_reference(k.spec)
     names = _targets(targets)
+    for loop in k.spec.loops:
+        if is_exact_loop(k.spec, loop) and (dtypes is None or loop.dtype in map(np.dtype, dtypes)):
+            check_loop(k, loop, names, max_examples)  # integers, bool, complex, no reference
     for dtype in _dtypes(k.spec, dtypes):
         _property(k, dtype, names, max_examples, exclude, input_options)()
 
@@ -733,9 +739,11 @@ def _targets(targets: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def _dtypes(spec: KernelSpec, dtypes: Iterable[Any] | None) -> list[np.dtype]:
+    """The floating dtypes whose loops are checked in ULPs (the others: see :mod:`.testing_loops`)."""
     loops = [lp.dtype for lp in spec.loops]
-    chosen = loops if dtypes is None else [np.dtype(d) for d in dtypes]
-    missing = [str(d) for d in chosen if d not in loops]
+    floating = [lp.dtype for lp in spec.loops if not is_exact_loop(spec, lp)]
+    chosen = floating if dtypes is None else [d for d in map(np.dtype, dtypes) if d in floating]
+    missing = [str(d) for d in map(np.dtype, dtypes or ()) if d not in loops]
     if missing:
         raise ValueError(f"check_kernel: kernel {spec.name!r} has no loop for {missing}; "
                          f"loops: {[str(d) for d in loops]}")

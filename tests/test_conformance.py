@@ -8,10 +8,10 @@ The kernels are ``a + b``, ``a * b`` and ``-a``. The references are NumPy's ``ad
 a gpufuncs kernel does (float16 computes in float32 and rounds), except where docs/semantics.md
 lists a deliberate difference; there the reference is the call that the difference implies:
 
-* integer and bool inputs compute in float64: NumPy's ufunc called with ``dtype=np.float64``
-  (which selects its float64 loop and casts the inputs under ``casting=`` as any loop would);
-* no longdouble loop: a ufunc that Numba builds with float32 and float64 loops only, itself a
-  real :class:`numpy.ufunc` (``TypeError``, as NumPy raises for a ufunc without such a loop).
+* calls without a float16 input select among the float32 and float64 loops only (the float16
+  loop is for float16 inputs, where NumPy would also compute an int8 or a bool in float16), as
+  a ufunc that Numba builds with those two loops does: that ufunc, itself a real
+  :class:`numpy.ufunc`, is the reference (and raises NumPy's ``TypeError`` for longdouble).
 
 Each example asserts the same result (bit for bit, NaN included), dtype, shape and type (a
 masked array's mask too), or the same kind of exception with every ``out=`` left untouched.
@@ -98,12 +98,15 @@ def reference(op: Op, dtypes: list[np.dtype | type], dtype: Any) -> tuple[Any, d
     """The real ufunc, and keywords to add, whose answer a kernel must give for ``dtypes``."""
     if dtype is not None:
         return (op.numpy if np.dtype(dtype).char in FLOATS else op.fd), {}  # no other loop exists
-    arrays = [d for d in dtypes if isinstance(d, np.dtype)]
-    if any(d.char == "g" for d in arrays):
-        return op.fd, {}  # no longdouble loop: NumPy's TypeError
-    if all(d is not float for d in dtypes) and all(d.kind in "biu" for d in arrays):
-        return op.numpy, {"dtype": np.float64}  # integers and bool compute in float64
-    return op.numpy, {}
+    if any(isinstance(d, np.dtype) and d.char == "e" for d in dtypes):
+        return op.numpy, {}  # NumPy's float16 loop computes in float32, as the kernel's
+    try:  # the loop of the float32 and float64 ones that NumPy selects, run by NumPy's ufunc
+        # (Numba's own ufunc fails on where= without out=)
+        given = tuple(np.dtype(np.bool_) if d is bool else d for d in dtypes)  # never weak
+        loop = op.fd.resolve_dtypes((*given, *(None,) * op.numpy.nout))
+    except TypeError:
+        return op.fd, {}  # no loop (longdouble): NumPy's TypeError
+    return op.numpy, {"signature": loop}
 
 
 # -- array subclasses ---------------------------------------------------------------------------

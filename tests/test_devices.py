@@ -32,7 +32,7 @@ def host(shape=(4,)):
 
 def plan(*inputs, outs=None, where=None, device=None, kernel=gf.clamp):
     spec = kernel.spec
-    return Plan(loop=spec.loops[0], result_dtype=F32, loop_shape=(4,), out_shapes=((4,),),
+    return Plan(loop=spec.loops[0], loop_shape=(4,), out_shapes=((4,),),
                 inputs=tuple(inputs), outs=outs, where=where, device=device,
                 cores=(0,) * (spec.nin + spec.nout))
 

@@ -91,13 +91,29 @@ def test_gaussian_exclusion_covers_only_overflowing_float64_differences():
     assert not exclude((np.array([np.inf, 1e300]), 0.0, 1.0), np.float64)
 
 
-def test_kernel_without_reference_fails_check(restore_registry):
-    @gf.ufunc(signatures=gf.float_signatures(1), reference=None, name="props_no_reference")
-    def props_no_reference(x):
-        return x
+_SCALE = 2.0
 
-    with pytest.raises(AssertionError, match=r"props_no_reference.*declares no reference"):
-        check_kernel(props_no_reference, max_examples=5)
+
+def test_kernel_without_reference_is_checked_against_itself_run_in_python(restore_registry):
+    @gf.ufunc(signatures=["float64(float64)", "int64(int64)"], name="props_no_reference")
+    def props_no_reference(x):
+        return x * 2 + 1
+
+    check_kernel(props_no_reference, targets=["cpu", "parallel"], max_examples=20)
+
+    @gf.ufunc(signatures=["float64(float64)"], name="props_frozen_global")
+    def props_frozen_global(x):
+        return x * _SCALE  # Numba freezes the global's value when it compiles
+
+    global _SCALE
+    props_frozen_global(np.ones(2), target="cpu")
+    props_frozen_global(np.ones(2), target="parallel")
+    _SCALE = 3.0  # Python now reads 3.0: the compiled kernel disagrees, and the check says so
+    try:
+        with pytest.raises(AssertionError, match=r"props_frozen_global \(d->d loop, target 'cpu'\)"):
+            check_kernel(props_frozen_global, targets=["cpu"], max_examples=20)
+    finally:
+        _SCALE = 2.0
 
 
 # -- the strategy reaches what it promises -------------------------------------------------------

@@ -266,11 +266,9 @@ def cases(draw: st.DrawFn, kernel: gf.Kernel) -> Case:
 
 def loop_and_result(kernel: gf.Kernel, dtypes: Sequence[np.dtype]) -> tuple[np.dtype, np.dtype]:
     """(loop dtype, result dtype): NumPy's first loop that every input casts to safely, except
-    that integers and bools run the float64 loop and float16 runs the narrowest loop with a
-    float16 result (gpufuncs' documented choices, in ``dispatch/plan.py:resolve_loop``)."""
+    that float16 runs the narrowest loop with a float16 result, and is selected only for a
+    float16 input (gpufuncs' documented choices, in ``dispatch/plan.py:resolve_loop``)."""
     natural = np.result_type(*dtypes)
-    if natural.kind in "biu":
-        natural = np.dtype(np.float64)
     loops = [loop.dtype for loop in kernel.spec.loops]
     if natural == np.float16:
         return loops[0], natural

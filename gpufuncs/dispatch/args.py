@@ -16,7 +16,7 @@ import numpy as np
 
 from ..targets import DEVICE_ARRAYS, HOST, NUMPY_SCALAR, SCALAR, UNKEYABLE, Arg, DeviceArrays
 
-WEAK_SCALARS = (bool, int, float)
+WEAK_SCALARS = (bool, int, float, complex)
 
 
 def overrides_array_ufunc(cls: type) -> bool:

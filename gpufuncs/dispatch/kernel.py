@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import KernelSpec
+from ..spec import KernelSpec, Loop
 from ..targets import (
     DEVICE,
     TARGET_NAMES,
@@ -36,6 +36,7 @@ from ..targets import (
 from . import methods
 from .args import (
     ABSENT,
+    WEAK_SCALARS,
     defer,
     device_arrays_of,
     first_key,
@@ -293,10 +294,12 @@ class Kernel:
                 found = self._compiled[target] = backend.compile(self.spec)
         return found
 
-    def resolve_loop(self, dtypes: list[Any], dtype: Any = None) -> tuple[np.dtype, np.dtype]:
-        """The loop dtype and result dtype for inputs of ``dtypes`` (NumPy dtypes, or Python
-        types for scalars), and an optional requested ``dtype=``, as a call would pick them."""
-        return resolve_loop(self.spec, [d if isinstance(d, type) else np.dtype(d) for d in dtypes], dtype)
+    def resolve_loop(self, dtypes: list[Any], dtype: Any = None, casting: str = "same_kind") -> Loop:
+        """The loop a call with inputs of ``dtypes`` (NumPy dtypes, or Python types for
+        scalars) and an optional ``dtype=`` selects, as NumPy's type resolver picks it:
+        ``loop.inputs`` and ``loop.outputs`` are its dtypes (``TypeError`` if none fits)."""
+        return resolve_loop(self.spec, [d if d in WEAK_SCALARS else np.dtype(d) for d in dtypes],
+                            dtype, casting)
 
     # -- the call -----------------------------------------------------------------------------
     def __call__(self, *args: Any, out: Any = ABSENT, where: Any = ABSENT, target: str = "auto",

@@ -36,7 +36,7 @@ class Kernel(Protocol):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
-    def resolve_loop(self, dtypes: list[Any], dtype: Any = None) -> tuple[np.dtype, np.dtype]: ...
+    def resolve_loop(self, dtypes: list[Any], dtype: Any = None) -> Any: ...
 
     def compiled(self, target: str) -> Any: ...
 
@@ -111,10 +111,11 @@ def _host_array(array: Any) -> np.ndarray:
 
 def _host_loop(kernel: Kernel, dtype: np.dtype, requested: Any) -> tuple[np.dtype, np.dtype]:
     """The loop dtype and result dtype gpufuncs' rules choose for input ``dtype``."""
-    if dtype.kind not in "biuf":
+    if dtype.kind not in "biufc":
         raise TypeError(f"{kernel.__name__}: unsupported dtype {dtype} for the input; "
                         f"loops: {', '.join(kernel.types)}")
-    loop, result = kernel.resolve_loop([dtype], requested)
+    found = kernel.resolve_loop([dtype, dtype], requested)
+    loop, result = found.compiled.inputs[0], found.outputs[0]
     if not np.can_cast(dtype, result, "same_kind"):
         raise TypeError(f"{kernel.__name__}: cannot cast the input from {dtype} to the {result} "
                         "loop with casting='same_kind'")
@@ -212,7 +213,7 @@ def at(kernel: Kernel, array: np.ndarray, indices: Any, b: Any, target: str = "a
                         f"loops: {', '.join(kernel.types)}")
     info = describe(b)
     b = np.asarray(b) if info is None else b
-    _, result = kernel.resolve_loop([array.dtype, info.dtype if info is not None else b.dtype])
+    result = kernel.resolve_loop([array.dtype, info.dtype if info is not None else b.dtype]).outputs[0]
     if not np.can_cast(result, array.dtype, "same_kind"):
         raise TypeError(f"{kernel.__name__}.at: cannot store the {result} result into the "
                         f"{array.dtype} array with casting='same_kind'")

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from ..spec import HALF
 from ..targets import DEVICE, HOST, NUMPY_SCALAR, SCALAR, Arg, Plan
 from ..targets.base import c_strides, copy_cast
 from .args import describe
-from .plan import HALF
 
 LONGDOUBLE = np.dtype(np.longdouble)
 #: NumPy's priorities for an exact ndarray and for a scalar (``NPY_PRIORITY``, ``NPY_SCALAR_PRIORITY``).
@@ -68,41 +68,47 @@ class Operands:
 def operands_for(plan: Plan, given: list[Any], values: list[Any], infos: list[Arg]) -> Operands:
     """The :class:`Operands` of a validated call: ``given`` are the inputs as passed, ``values``
     the same after array-likes were converted, ``infos`` their descriptions (``plan.inputs``)."""
-    half = plan.result_dtype == HALF
     convert, described = [], []
     for i, (arg, value, info) in enumerate(zip(given, values, infos)):
-        step = _conversion(info, value is not arg, half, plan.result_dtype)
+        step = _conversion(info, value is not arg, plan.loop.inputs[i])
         if step is not None:
             convert.append((i, step))
             info = describe(step(arg))
         described.append(info)
     outs = plan.outs or ()
     outs_as_arrays = any(o.role == HOST and o.cls is not np.ndarray for o in outs)
-    staged = all(o.role == HOST for o in outs) and any(_through_new_array(plan, o) for o in outs)
+    staged = all(o.role == HOST for o in outs) and any(
+        _through_new_array(d, o) for d, o in zip(plan.result_dtypes, outs) if o is not None)
     executed = replace(plan, inputs=tuple(described),
                        outs=tuple(_plain(o) for o in outs) if outs_as_arrays else plan.outs)
     if staged:  # results go to new arrays of the result dtype, then are copied into out=
         # (with a mask, the executor writes them where it holds, into arrays stage() makes:
         # NumPy never runs the kernel on the elements a mask leaves out)
-        fresh = tuple(Arg(HOST, np.ndarray, plan.result_dtype, s, c_strides(s, plan.result_dtype.itemsize))
-                      for s in plan.out_shapes)
+        fresh = tuple(Arg(HOST, np.ndarray, d, s, c_strides(s, d.itemsize))
+                      for s, d in zip(plan.out_shapes, plan.result_dtypes))
         executed = replace(executed, outs=fresh if plan.where is not None else None)
     return Operands(executed, tuple(convert), outs_as_arrays, staged, wrap_index(given, infos))
 
 
-def _through_new_array(plan: Plan, out: Arg) -> bool:
+def _through_new_array(result: np.dtype, out: Arg) -> bool:
     """Whether results reach ``out`` through a new array: float16 results meant for another
     dtype (NumPy rounds them to float16 first), and longdouble, which no compiled loop writes."""
-    return (plan.result_dtype == HALF and out.dtype != HALF) or out.dtype == LONGDOUBLE
+    return (result == HALF and out.dtype != HALF) or out.dtype == LONGDOUBLE
 
 
-def _conversion(info: Arg, listlike: bool, half: bool, result: np.dtype) -> Callable[[Any], Any] | None:
+def _conversion(info: Arg, listlike: bool, loop_input: np.dtype) -> Callable[[Any], Any] | None:
+    """How input ``info`` is converted on every call (``None``: not at all), for a loop that
+    reads it as ``loop_input``."""
     if info.role == DEVICE:
         return None  # device arrays are the device target's to read
-    if half and info.dtype != HALF:
-        return _as_half  # NumPy casts every input to the float16 loop's dtype first
+    if loop_input == HALF and info.dtype != HALF:
+        return _as_half  # NumPy casts the float16 loop's inputs to float16 first
     if info.dtype == LONGDOUBLE:  # (dtype= chose a loop) no compiled loop reads longdouble
-        return functools.partial(np.asarray, dtype=result)
+        return functools.partial(np.asarray, dtype=loop_input)
+    if info.dtype is int and loop_input.kind in "iu":
+        # A Python int's value is not in the call signature: each call's must fit the loop's
+        # integer type, and NumPy's scalar raises its own OverflowError where it does not.
+        return loop_input.type
     if listlike or (info.role == HOST and info.cls is not np.ndarray):
         return np.asarray  # a plain view of a subclass; a new array of a list
     return None
@@ -200,7 +206,7 @@ def stage(executor: Callable[..., tuple[Any, ...]], plan: Plan, inputs: tuple[An
     if where is True:
         results = executor(inputs, None, True, stream)
     else:  # computed only where the mask holds (see operands_for)
-        results = tuple(np.empty(s, plan.result_dtype) for s in plan.out_shapes)
+        results = tuple(np.empty(s, d) for s, d in zip(plan.out_shapes, plan.result_dtypes))
         executor(inputs, results, where, stream)
     for out, result, core in zip(outs, results, plan.cores[len(plan.inputs):]):
         mask = where if where is True else np.asarray(where)[(..., *(np.newaxis,) * core)]

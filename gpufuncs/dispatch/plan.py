@@ -3,10 +3,11 @@
 Everything here raises before anything is written, with the kernel's name in the message, and
 runs once per call signature: its result is cached by the caller, so clarity wins over speed.
 The rules are NumPy's (broadcasting, NEP 50 scalars, casting, ``out=`` shapes) applied to the
-kernel's loops as NumPy selects among a ufunc's loops: the declared float32/float64 loops plus a
-float16 loop that computes in the narrowest declared one (NumPy's own float16 loops compute in
-float32). One deliberate difference: integer and bool inputs compute in float64, where NumPy's
-first safe loop would be float16 for int8 (see docs/semantics.md).
+kernel's loops as NumPy's type resolver selects among a ufunc's loops: the declared loops, each
+with a float32 argument preceded by its float16 twin that computes in it (NumPy's own float16
+loops compute in float32). One deliberate difference: the float16 twins are candidates only
+for calls with a float16 input, where NumPy would compute an int8 or a bool in float16 (see
+docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import KernelSpec
+from ..spec import HALF, KernelSpec, Loop
 from ..targets import DEVICE, HOST, SCALAR, Arg, Plan, check_target
 from ..targets.base import c_strides, is_contiguous
 from .args import describe
@@ -27,8 +28,7 @@ ORDERS = ("K", "A", "C", "F")
 #: Keywords of every call, with their defaults (``target`` options such as ``stream`` aside).
 KEYWORDS = {"out": None, "where": True, "dtype": None, "casting": "same_kind", "order": "K",
             "target": "auto"}
-HALF = np.dtype(np.float16)
-_UNSUPPORTED_KINDS = {"c": "complex", "O": "object", "U": "string", "S": "bytes", "M": "datetime",
+_UNSUPPORTED_KINDS = {"O": "object", "U": "string", "S": "bytes", "M": "datetime",
                       "m": "timedelta", "V": "void/structured"}
 
 
@@ -132,93 +132,116 @@ def describe_input(spec: KernelSpec, value: Any, index: int) -> tuple[Arg, Any]:
 def _check_kind(spec: KernelSpec, dtype: Any, role: str) -> None:
     if isinstance(dtype, type):  # a weak Python scalar
         return
-    if dtype.kind not in "biuf":
+    if dtype.kind not in "biufc":
         kind = _UNSUPPORTED_KINDS.get(dtype.kind, dtype.kind)
         raise TypeError(f"{spec.name}: unsupported {kind} dtype {dtype} for {role}; "
-                        f"supported: {', '.join(_supported(spec))}")
-
-
-def _supported(spec: KernelSpec) -> list[str]:
-    return [f"{d}" + (f" (computed in {spec.loops[0].dtype})" if d == HALF else "")
-            for d in loop_dtypes(spec)] + ["integer and bool (computed in float64)"]
-
-
-def loop_dtypes(spec: KernelSpec) -> tuple[np.dtype, ...]:
-    """The dtypes a call can select, narrowest first: float16, then the declared loops.
-
-    float16 has no compiled loop of its own: it computes in the narrowest declared loop and
-    rounds the result to float16, as NumPy's own float16 loops (``np.exp``, ``np.add``) do.
-    """
-    return (HALF, *(lp.dtype for lp in spec.loops))
+                        f"loops: {', '.join(loop_types(spec))}")
 
 
 def loop_types(spec: KernelSpec) -> list[str]:
-    """NumPy's loop strings, e.g. ``['e->e', 'f->f', 'd->d']``."""
-    return [d.char * spec.nin + "->" + d.char * spec.nout for d in loop_dtypes(spec)]
+    """NumPy's loop strings, e.g. ``['e->e', 'f->f', 'd->d']`` (float16 ones compute in float32)."""
+    return [lp.types for lp in spec.selectable]
 
 
-def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any) -> tuple[np.dtype, np.dtype]:
-    """(loop dtype, result dtype): the declared loop that runs, and the dtype of the loop NumPy
-    would select (``float16`` for float16, which runs in the narrowest declared loop).
+#: Simplified kind order of NumPy's ``should_use_min_scalar_weak_literals``.
+_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+_PYTHON_KIND = {bool: "b", int: "u", float: "f", complex: "c"}
+#: The dtype a Python scalar has where it is not weak (every input a Python scalar, or one of a
+#: kind above every array's): NumPy's default for its type.
+_DEFAULT = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
+            complex: np.dtype(np.complex128)}
 
-    ``dtypes`` holds NumPy dtypes, or Python types for weak scalars (NEP 50). Like NumPy, the
-    selected loop is the first that every input casts to safely, or the one ``dtype=`` names;
-    there is none for longdouble (``TypeError``, as for any ufunc without such a loop).
-    """
-    loops = ", ".join(loop_types(spec))
-    if requested is not None:
-        wanted = _requested(spec, requested, loops)
+
+def weak_scalars(dtypes: list[Any]) -> bool:
+    """Whether the Python scalars among ``dtypes`` are weak (NEP 50), as NumPy decides it for
+    a ufunc's loop search: some input is not a Python scalar, and no Python scalar is of a
+    higher kind (bool < integer < float < complex) than every such input. ``bool`` is never
+    weak (NumPy reads it as ``np.bool_``)."""
+    arrays = [_KIND_ORDER[d.kind] for d in dtypes if not isinstance(d, type)]
+    scalars = [_KIND_ORDER[_PYTHON_KIND[d]] for d in dtypes if isinstance(d, type) and d is not bool]
+    return bool(arrays) and max(arrays) >= max(scalars, default=-1)
+
+
+def operand_dtype(dtype: Any, weak: bool) -> Any:
+    """The dtype an input casts from: its own, a Python type where it is weak, else the Python
+    type's default dtype (see :func:`weak_scalars`)."""
+    if not isinstance(dtype, type) or (weak and dtype is not bool):
+        return dtype
+    return _DEFAULT[dtype]
+
+
+def can_cast_input(dtype: Any, to: np.dtype, casting: str) -> bool:
+    """Whether an input of ``dtype`` (a weak Python type, or a dtype) fits a loop's ``to``:
+    NumPy's ``can_cast_pyscalar_scalar_to`` for weak scalars (an int goes to any number, a
+    float to floating and complex types, a complex to complex), ``np.can_cast`` otherwise."""
+    if not isinstance(dtype, type):
+        return np.can_cast(dtype, to, casting)
+    if to.kind == "c":
+        return True
+    if to.kind == "f":
+        return dtype is not complex or casting == "unsafe"
+    if to.kind in "iu":
+        return dtype is int or casting == "unsafe"
+    return np.can_cast(_DEFAULT[dtype], to, casting)
+
+
+def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any, casting: str = "same_kind") -> Loop:
+    """The loop a call with inputs of ``dtypes`` (NumPy dtypes, or Python types for scalars)
+    runs, as NumPy's type resolver picks it for a ufunc of these loops: the first loop that
+    every input casts to safely (NEP 50 for Python scalars), or, with ``dtype=``, the first
+    whose outputs are of that dtype. float16 loops (see :func:`gpufuncs.spec.half_loops`) are
+    candidates only for calls with a float16 input: NumPy would compute an int8 in float16.
+    ``TypeError`` when there is none (longdouble has none, as in any ufunc without one)."""
+    weak = weak_scalars(dtypes)
+    dtypes = [operand_dtype(d, weak) for d in dtypes]
+    wanted = None if requested is None else _requested(spec, requested)
+    half = wanted == HALF or any(d == HALF for d in dtypes if not isinstance(d, type))
+    candidates = [lp for lp in spec.selectable if half or lp.runs is None]
+    strict = casting if casting in ("no", "equiv") else "safe"
+    if wanted is not None:
+        candidates = [lp for lp in candidates if all(d == wanted for d in lp.outputs)]
+        fits = [lp for lp in candidates if _fits(dtypes, lp, casting)] or candidates
     else:
-        natural = np.result_type(*(d if isinstance(d, np.dtype) else d(0) for d in dtypes))
-        if natural.kind in "biu":  # deliberate: NumPy would pick float16 for int8 and bool
-            natural = np.dtype(np.float64)
-        wanted = next((d for d in loop_dtypes(spec) if np.can_cast(natural, d, "safe")), None)
-        if wanted is None:
-            raise TypeError(f"{spec.name}: no loop for input dtype {natural} (loops: {loops}); NumPy "
-                            f"casts to a narrower loop only when asked: pass dtype= to choose one")
-    return (spec.loops[0].dtype if wanted == HALF else wanted), wanted
+        fits = [lp for lp in candidates if _fits(dtypes, lp, strict)]
+    if not fits:
+        shown = ", ".join(d.__name__ if isinstance(d, type) else str(d) for d in dtypes)
+        asked = "" if wanted is None else f" with dtype={wanted}"
+        raise TypeError(f"{spec.name}: no loop for inputs ({shown}){asked} under casting "
+                        f"{strict if requested is None else casting!r}; loops: "
+                        f"{', '.join(loop_types(spec))} (pass dtype= to choose one)")
+    return fits[0]
 
 
-def _requested(spec: KernelSpec, requested: Any, loops: str) -> np.dtype:
-    """The loop dtype that ``dtype=`` names (``TypeError`` if there is none)."""
+def _fits(dtypes: list[Any], loop: Loop, casting: str) -> bool:
+    return all(can_cast_input(d, to, casting) for d, to in zip(dtypes, loop.inputs))
+
+
+def _requested(spec: KernelSpec, requested: Any) -> np.dtype:
+    """The dtype that ``dtype=`` names (``TypeError`` if it is not one)."""
     try:
-        wanted = np.dtype(requested)
+        return np.dtype(requested)
     except TypeError:
-        raise TypeError(f"{spec.name}: dtype={requested!r} is not a dtype; loops: {loops}") from None
-    if wanted.kind != "f":
-        raise TypeError(f"{spec.name}: dtype={wanted} is not a floating dtype; loops: {loops}")
-    if wanted not in loop_dtypes(spec):
-        raise TypeError(f"{spec.name}: no loop for dtype={wanted}; loops: {loops}")
-    return wanted
+        raise TypeError(f"{spec.name}: dtype={requested!r} is not a dtype; loops: "
+                        f"{', '.join(loop_types(spec))}") from None
 
 
-def check_casting(spec: KernelSpec, dtypes: list[Any], result: np.dtype, out_dtypes: list[np.dtype],
+def check_casting(spec: KernelSpec, dtypes: list[Any], loop: Loop, out_dtypes: list[np.dtype | None],
                   casting: str) -> None:
-    """Raise ``TypeError`` if an input's cast to the selected loop (``result``, its dtype) or
-    the result's cast into an ``out=`` breaks ``casting``."""
+    """Raise ``TypeError`` if an input's cast to the selected ``loop`` or a result's cast into
+    its ``out=`` (``None``: allocated) breaks ``casting``."""
     if casting not in CASTINGS:
         raise ValueError(f"{spec.name}: casting must be one of {CASTINGS}, got {casting!r}")
-    for i, dt in enumerate(dtypes):
-        dt = _checked_as(dt, spec.nin)
-        if isinstance(dt, np.dtype) and not np.can_cast(dt, result, casting):
+    weak = weak_scalars(dtypes)
+    for i, (dt, to) in enumerate(zip(dtypes, loop.inputs)):
+        dt = operand_dtype(dt, weak)
+        if not can_cast_input(dt, to, casting):
+            shown = dt.__name__ if isinstance(dt, type) else dt
             raise TypeError(f"{spec.name}: cannot cast input {spec.input_names[i]!r} "
-                            f"from {dt} to the {result} loop with casting={casting!r}")
-    for odt in out_dtypes:
-        if not np.can_cast(result, odt, casting):
+                            f"from {shown} to the {loop.types} loop's {to} with casting={casting!r}")
+    for result, odt in zip(loop.outputs, out_dtypes):
+        if odt is not None and not np.can_cast(result, odt, casting):
             raise TypeError(f"{spec.name}: cannot cast the {result} result to out= dtype "
                             f"{odt} with casting={casting!r}")
-
-
-def _checked_as(dtype: Any, nin: int) -> Any:
-    """The dtype whose cast is checked for an input, as NumPy checks it: a Python bool's is
-    np.bool_'s; with one input, a Python int or float is int64 or float64 (nothing to be weak
-    against); otherwise Python ints and floats are weak (NEP 50) and take the loop's dtype
-    unchecked under every rule (NumPy 2.4 checks them under 'equiv': see docs/semantics.md)."""
-    if dtype is bool:
-        return np.dtype(np.bool_)
-    if nin == 1 and (dtype is int or dtype is float):  # not `in`: np.dtype('int64') == int
-        return np.dtype(np.int64 if dtype is int else np.float64)
-    return dtype
 
 
 def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg | None] | None,
@@ -227,8 +250,10 @@ def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg |
     outputs the call allocates itself (see :func:`fresh_outputs`). ``outs``: the ``out=``
     entries, ``None`` for one to allocate."""
     dtypes = [a.dtype for a in inputs]
-    loop_dtype, result_dtype = resolve_loop(spec, dtypes, call.dtype)
-    check_casting(spec, dtypes, result_dtype, [o.dtype for o in outs or () if o is not None],
+    if call.casting not in CASTINGS:
+        raise ValueError(f"{spec.name}: casting must be one of {CASTINGS}, got {call.casting!r}")
+    loop = resolve_loop(spec, dtypes, call.dtype, call.casting)
+    check_casting(spec, dtypes, loop, [None if o is None else o.dtype for o in outs or ()],
                   call.casting)
     if call.order not in ORDERS:
         raise ValueError(f"{spec.name}: order must be one of {ORDERS}, got {call.order!r}")
@@ -237,7 +262,7 @@ def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg |
     layout = spec.layout
     cores = tuple(len(d) for d in (*layout.inputs, *layout.outputs)) if layout else \
         (0,) * (spec.nin + spec.nout)
-    plan = Plan(loop=spec.loop_for(loop_dtype), result_dtype=result_dtype, loop_shape=loop_shape,
+    plan = Plan(loop=loop, loop_shape=loop_shape,
                 out_shapes=out_shapes, core_sizes=core, order=_alloc_order(call.order, inputs),
                 inputs=tuple(inputs), outs=tuple(outs) if outs else None, where=where, cores=cores,
                 device=call.options.get("device"))
@@ -275,8 +300,8 @@ def fresh_outputs(spec: KernelSpec, plan: Plan) -> tuple[Plan, Fresh]:
         missing = [True] * spec.nout
     else:
         return plan, None
-    fresh = tuple((shape, plan.result_dtype, plan.order) if new else None
-                  for shape, new in zip(plan.out_shapes, missing))
+    fresh = tuple((shape, dtype, plan.order) if new else None
+                  for shape, dtype, new in zip(plan.out_shapes, plan.result_dtypes, missing))
     outs = tuple(_new_array(*f) if f is not None else o for f, o in zip(fresh, plan.outs or fresh))
     return replace(plan, outs=outs), fresh
 

@@ -73,9 +73,8 @@ class Plan:
     Attributes
     ----------
     loop : Loop
-        The dtype loop to run; every input is cast to ``loop.dtype``.
-    result_dtype : numpy.dtype
-        The dtype of newly allocated outputs (``float16`` for float16 inputs, else the loop's).
+        The selected loop: input ``i`` is cast to ``loop.inputs[i]``, new outputs are of
+        ``loop.outputs`` (float16 for a float16 loop, which computes in ``loop.compiled``).
     loop_shape : tuple of int
         The broadcast shape of the inputs' loop (non-core) dimensions.
     out_shapes : tuple of tuple of int
@@ -98,7 +97,6 @@ class Plan:
     """
 
     loop: Loop
-    result_dtype: np.dtype
     loop_shape: tuple[int, ...]
     out_shapes: tuple[tuple[int, ...], ...]
     core_sizes: dict[str, int] = field(default_factory=dict)
@@ -108,6 +106,16 @@ class Plan:
     where: Arg | None = None
     cores: tuple[int, ...] = ()
     device: Any = None
+
+    @property
+    def result_dtypes(self) -> tuple[np.dtype, ...]:
+        """The dtype of each new output."""
+        return self.loop.outputs
+
+    @property
+    def result_dtype(self) -> np.dtype:
+        """The dtype of the first new output (of the only one, for most kernels)."""
+        return self.loop.outputs[0]
 
     @property
     def size(self) -> int:

@@ -117,21 +117,22 @@ def _kernel_key(spec: KernelSpec) -> str | None:
     return f"{spec.source_key}:{depends}:{_library_digest()}"
 
 
-def _cache_key(spec: KernelSpec, dtype: np.dtype) -> str | None:
-    """The flat loops' disk-cache key for ``spec`` computing in ``dtype`` (see :func:`_kernel_key`)."""
+def _cache_key(spec: KernelSpec, loop: Loop) -> str | None:
+    """The flat loops' disk-cache key for ``spec``'s ``loop`` (see :func:`_kernel_key`)."""
     key = _kernel_key(spec)
-    return None if key is None else f"{key}:{dtype}"
+    return None if key is None else f"{key}:{loop.types}"
 
 
-def _scalar_argtypes(spec: KernelSpec, dtype: np.dtype) -> tuple[Any, ...]:
-    """The types the flat loops call the scalar function with, computing in ``dtype``: a
-    scalar per elementwise input; for a gufunc, the row of each array with core dimensions and
-    of each output (a ``()`` output is a row of one), C-contiguous (see :mod:`.loops`)."""
-    t = from_dtype(dtype)
+def _scalar_argtypes(spec: KernelSpec, loop: Loop) -> tuple[Any, ...]:
+    """The types the flat loops call the scalar function with in ``loop``: a scalar per
+    elementwise input; for a gufunc, the row of each array with core dimensions and of each
+    output (a ``()`` output is a row of one), C-contiguous (see :mod:`.loops`)."""
     if spec.layout is None:
-        return (t,) * spec.nin
-    inputs = tuple(_array_type(dtype, len(dims)) if dims else t for dims in spec.layout.inputs)
-    return inputs + tuple(_array_type(dtype, max(1, len(dims))) for dims in spec.layout.outputs)
+        return tuple(from_dtype(d) for d in loop.inputs)
+    inputs = tuple(_array_type(d, len(dims)) if dims else from_dtype(d)
+                   for d, dims in zip(loop.inputs, spec.layout.inputs))
+    return inputs + tuple(_array_type(d, max(1, len(dims)))
+                          for d, dims in zip(loop.outputs, spec.layout.outputs))
 
 
 def _array_type(dtype: np.dtype, ndim: int) -> nbtypes.Array:
@@ -150,7 +151,7 @@ class CpuKernel:
         self.spec, self.target = spec, target
         self._lock = threading.Lock()
         self._numba: dict[str, Any] = {}
-        self._loops: dict[tuple[np.dtype, bool], tuple[Any, ...]] = {}
+        self._loops: dict[tuple[str, bool], tuple[Any, ...]] = {}
         self._scalar: Any = None
         self._raising: dict[str, bool] = {}  # loop signature -> whether the kernel can raise
 
@@ -175,23 +176,24 @@ class CpuKernel:
                 self._numba[target] = _compile(self.spec, target, lambda: _numba_object(self.spec, target))
         return self._numba[target]
 
-    def loops(self, dtype: np.dtype, wide: bool = True) -> tuple[Any, ...]:
-        """The flat loop dispatchers computing in ``dtype`` (see :mod:`.loops`); ``wide``: the
+    def loops(self, loop: Loop, wide: bool = True) -> tuple[Any, ...]:
+        """The flat loop dispatchers of the declared ``loop`` (see :mod:`.loops`); ``wide``: the
         elementwise ones for calls of :data:`.loops.WIDE_MIN` elements and more."""
-        found = self._loops.get((dtype, wide))
+        found = self._loops.get((loop.signature, wide))
         if found is None:
             with self._lock:
-                found = self._loops.get((dtype, wide))
+                found = self._loops.get((loop.signature, wide))
                 if found is None:
-                    key = _cache_key(self.spec, dtype)
+                    key = _cache_key(self.spec, loop)
                     scalar = self.scalar()
                     _compile(self.spec, self.target, lambda: loops.inline_into_loops(
-                        scalar, _scalar_argtypes(self.spec, dtype)))
+                        scalar, _scalar_argtypes(self.spec, loop)))
+                    casts = tuple(d.type for d in loop.inputs)
                     if self.spec.layout is None:
-                        found = loops.ufunc_loops(scalar, dtype.type, key, wide)
+                        found = loops.ufunc_loops(scalar, casts, key, wide)
                     else:
-                        found = loops.gufunc_loops(scalar, dtype.type, key)
-                    self._loops[dtype, wide] = found
+                        found = loops.gufunc_loops(scalar, casts, key)
+                    self._loops[loop.signature, wide] = found
         return found
 
     def may_raise(self, loop: Loop) -> bool:
@@ -244,7 +246,7 @@ def _raises_from_threads(spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> b
     """
     if _flat_order(spec, plan) is not None:
         return True
-    return not compiled.may_raise(plan.loop)
+    return not compiled.may_raise(plan.loop.compiled)
 
 
 def _executor(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
@@ -260,14 +262,15 @@ def _executor(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool)
 
 
 # -- which calls take the flat loops ------------------------------------------------------------------
-def _native_array(a: Arg, dtypes: str = "biuf") -> bool:
+def _native_array(a: Arg, dtypes: str = "biufc") -> bool:
     return (a.role == HOST and a.cls is np.ndarray and a.dtype.isnative and a.dtype.kind in dtypes
             and a.dtype != np.float16)
 
 
 def _is_scalar(a: Arg) -> bool:
-    return a.role == SCALAR or (a.role == NUMPY_SCALAR and a.dtype.kind in "biuf"
-                                and a.dtype.itemsize <= 8 and a.dtype != np.float16)
+    return a.role == SCALAR or (a.role == NUMPY_SCALAR and a.dtype.kind in "biufc"
+                                and a.dtype.itemsize <= 16 and a.dtype != np.float16
+                                and a.dtype != np.longdouble)
 
 
 def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
@@ -276,22 +279,19 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
     order = "F" if plan.order == "F" and len(plan.loop_shape) > 1 else "C"
     if spec.layout is not None:
         order = "C"
-        if plan.result_dtype != plan.loop.dtype:
-            return None
-    elif plan.result_dtype != plan.loop.dtype:  # float16 results
-        return None
-    # Arrays of the loop's dtype only: each combination of argument types is a compilation,
+    if plan.loop.runs is not None or (spec.layout is None and spec.nout > 1):
+        return None  # float16 loops; elementwise kernels of several outputs (Numba's ufunc)
+    # Arrays of the loop's dtypes only: each combination of argument types is a compilation,
     # and NumPy's casting machinery serves the rarer mixed-dtype calls well enough.
-    loop = plan.loop.dtype
     arrays = []
-    for a, core in zip(plan.inputs, plan.cores):
+    for a, core, dtype in zip(plan.inputs, plan.cores, plan.loop.inputs):
         if _is_scalar(a) and not core:
             continue
-        if not _native_array(a) or a.dtype != loop:
+        if not _native_array(a) or a.dtype != dtype:
             return None
         arrays.append((a, core))
-    for o, core in zip(plan.outs or (), plan.cores[spec.nin:]):
-        if not _native_array(o, "f") or o.dtype != loop:
+    for o, core, dtype in zip(plan.outs or (), plan.cores[spec.nin:], plan.loop.outputs):
+        if not _native_array(o) or o.dtype != dtype:
             return None
         arrays.append((o, core))
     if plan.where is not None:
@@ -308,17 +308,21 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
 def _numba_args(plan: Plan) -> Any:
     """Numba type of the flat loop's ``*args``: the tuple of inputs, as Numba's dispatcher folds
     them at call time (so that the specialization compiled here is the one the call finds).
-    Python floats and ints arrive as float64 (see :func:`_int_scalars`), NumPy scalars as their
-    own type: the loop casts each value to its dtype."""
+    Python floats and ints arrive as float64 (see :func:`_int_scalars`; an integer loop's
+    Python ints are NumPy scalars by now, see ``dispatch.operands``), complex numbers as
+    complex128, NumPy scalars as their own type: the loop casts each value to its type."""
     result = []
     for a in plan.inputs:
         if a.is_array:
             result.append(_array_type(a.dtype, len(a.shape)))
         elif a.role == SCALAR:
-            result.append(nbtypes.boolean if a.dtype is bool else nbtypes.float64)
+            result.append(_PYTHON_SCALARS.get(a.dtype, nbtypes.float64))
         else:
             result.append(from_dtype(a.dtype))
     return nbtypes.BaseTuple.from_types(tuple(result))
+
+
+_PYTHON_SCALARS = {bool: nbtypes.boolean, complex: nbtypes.complex128}
 
 
 def _int_scalars(plan: Plan) -> list[int]:
@@ -358,7 +362,7 @@ def _checked(spec: KernelSpec, threaded: Callable[..., int]) -> Callable[..., No
 
 
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
-    loop, masked, threaded = compiled.loops(plan.loop.dtype, wide=parallel or plan.size >= loops.WIDE_MIN)
+    loop, masked, threaded = compiled.loops(plan.loop, wide=parallel or plan.size >= loops.WIDE_MIN)
     ints = _int_scalars(plan)
     transposed = order == "F"  # F-contiguous arrays, seen through their C-contiguous transposes
     shape, dtype = plan.out_shapes[0], plan.result_dtype
@@ -403,7 +407,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
 
 def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
-    loop, masked, threaded = compiled.loops(plan.loop.dtype)
+    loop, masked, threaded = compiled.loops(plan.loop)
     run = masked if plan.where is not None else threaded if parallel else loop
     n = plan.size
     ints = _int_scalars(plan)
@@ -414,11 +418,11 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
     rows = [r if r is not None and r != a.shape else None for r, a in zip(rows, plan.inputs)]
     out_rows = [(n, *shape[len(shape) - core:]) if core else (n, 1)
                 for shape, core in zip(plan.out_shapes, plan.cores[spec.nin:])]
-    dtype = plan.loop.dtype
+    dtypes = plan.loop.outputs
     args_type = nbtypes.BaseTuple.from_types(tuple(
         _array_type(a.dtype, len(r or a.shape)) if a.is_array else t
         for a, r, t in zip(plan.inputs, rows, _numba_args(plan))))
-    outs_type = nbtypes.Tuple(tuple(_array_type(dtype, len(r)) for r in out_rows))
+    outs_type = nbtypes.Tuple(tuple(_array_type(d, len(r)) for d, r in zip(dtypes, out_rows)))
     masks = () if plan.where is None else (_array_type(plan.where.dtype, len(plan.where.shape)),)
     threads = run is threaded
     run = compiled.compile_loop(run, (outs_type, *masks, args_type))
@@ -431,7 +435,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
 
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
-                outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
+                outs = tuple(np.empty(shape, d) for shape, d in zip(plan.out_shapes, dtypes))
             else:
                 inputs = guard(inputs, outs)
             if where is True:
@@ -445,7 +449,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         args = _loop_args(inputs, outs, ints, elementwise)
         if outs is None:
-            outs = tuple(np.empty(shape, dtype) for shape in plan.out_shapes)
+            outs = tuple(np.empty(shape, d) for shape, d in zip(plan.out_shapes, dtypes))
         for i, shape in enumerate(rows):
             if shape is not None:
                 args[i] = args[i].reshape(shape)
@@ -466,8 +470,7 @@ BLOCK_ELEMENTS = 1 << 18
 def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     ufunc = compiled.numba_object(serial=not threaded)
     ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
-    char = plan.loop.char
-    signature = char * spec.nin + "->" + char
+    signature = plan.loop.compiled.types
     shape, dtype = plan.out_shapes[0], plan.result_dtype
     transposed = plan.order == "F" and len(shape) > 1
     # Numba's @vectorize loop (0.68, ``wrappers.build_ufunc_wrapper``) takes its contiguous
@@ -531,7 +534,7 @@ def _c_contiguous(a: Arg) -> bool:
 
 def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     ufunc = compiled.numba_object(serial=not threaded)
-    dtype, loop_shape = plan.loop.dtype, plan.loop_shape
+    loop, loop_shape = plan.loop.compiled, plan.loop_shape
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
     elementwise = _elementwise(plan)
@@ -540,26 +543,28 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
         if outs is not None:
             inputs = read_before_write(list(inputs), outs, elementwise)
             where = mask_before_write(where, outs)
-        results = outs or tuple(np.empty(s, plan.result_dtype, order=plan.order) for s in plan.out_shapes)
+        results = outs or tuple(np.empty(s, d, order=plan.order)
+                                for s, d in zip(plan.out_shapes, plan.result_dtypes))
         # Outputs are writable *inputs* of the Numba gufunc, so NumPy would cast a mismatched
         # (or byte-swapped) dtype, or copy an unaligned array, into a temporary and the writes
         # would be lost: such outputs (alignment is read per call: it is not in the call
         # signature), and masked ones, go through buffers, a block of rows at a time (as do
         # inputs that need a cast).
-        if where is True and all(r.dtype == dtype and r.flags.aligned for r in results):
-            ufunc(*(np.asarray(a, dtype=dtype) for a in inputs), *results)
+        if where is True and all(r.dtype == d and r.flags.aligned for r, d in zip(results, loop.outputs)):
+            ufunc(*(np.asarray(a, dtype=d) for a, d in zip(inputs, loop.inputs)), *results)
             return tuple(results)
         shapes = [loop_shape + np.shape(a)[np.ndim(a) - c:] if c else loop_shape
                   for a, c in zip(inputs, plan.cores)]
         for index in _blocks(loop_shape, rows):
-            args = [np.asarray(_block_of(a, s, index), dtype=dtype) for a, s in zip(inputs, shapes)]
+            args = [np.asarray(_block_of(a, s, index), dtype=d)
+                    for a, s, d in zip(inputs, shapes, loop.inputs)]
             mask = _block_of(where, loop_shape, index)
             if mask is not True:  # only the rows the mask selects are computed (see _numba_ufunc)
                 mask = np.broadcast_to(mask, np.broadcast_to(False, loop_shape)[index].shape)
                 args = [np.broadcast_to(a, mask.shape + a.shape[a.ndim - c:] if c else mask.shape)[mask]
                         if a.ndim else a for a, c in zip(args, plan.cores)]
-            bufs = [np.empty(r[index][mask].shape if mask is not True else r[index].shape, dtype)
-                    for r in results]
+            bufs = [np.empty(r[index][mask].shape if mask is not True else r[index].shape, d)
+                    for r, d in zip(results, loop.outputs)]
             ufunc(*args, *bufs)
             for r, buf in zip(results, bufs):
                 if mask is True:

@@ -270,7 +270,8 @@ class AutoTarget:
         return max(float(learned.first), float(ALWAYS_CPU), start / (cpu - parallel))
 
     def _state(self, spec: KernelSpec, plan: Plan) -> Learned:
-        key = (plan.loop.dtype, tuple(sorted(plan.core_sizes.items())))
+        loop = plan.loop.compiled  # its dtype where it has one ("float64"), else its types
+        key = (loop.dtype or loop.types, tuple(sorted(plan.core_sizes.items())))
         with self._lock:
             states = self._learned.setdefault(spec, {})
             found = states.get(key)
@@ -325,7 +326,7 @@ class AutoTarget:
         values = np.ones(n, dtype)
         info = Arg(HOST, np.ndarray, dtype, values.shape, values.strides)
         loop = next(loop for loop in IDENTITY.loops if loop.dtype == dtype)
-        plan = Plan(loop=loop, result_dtype=dtype, loop_shape=(n,), out_shapes=((n,),),
+        plan = Plan(loop=loop, loop_shape=(n,), out_shapes=((n,),),
                     inputs=(info,), cores=(0, 0))
         backend = self.targets[target]
         compiled = self._proxy.get(target)

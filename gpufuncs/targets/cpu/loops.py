@@ -43,23 +43,24 @@ MAX_CHUNKS = 64
 MIN_CHUNK = 1 << 14
 
 
-def elements(args: tuple[Any, ...], i: int, cast: Any) -> tuple[Any, ...]:
+def elements(args: tuple[Any, ...], i: int, casts: tuple[Any, ...]) -> tuple[Any, ...]:
     """The kernel's arguments at loop index ``i``: ``cast(a[i])`` of a 1-D array, the row
-    ``a[i]`` of an array with core dimensions (its loop dtype already), ``cast(a)`` of a scalar."""
-    return tuple(cast(a[i]) if getattr(a, "ndim", 0) == 1 else a[i] if getattr(a, "ndim", 0)
-                 else cast(a) for a in args)
+    ``a[i]`` of an array with core dimensions (its loop dtype already), ``cast(a)`` of a scalar,
+    with each argument's own ``cast`` (its type in the loop) from ``casts``."""
+    return tuple(c(a[i]) if getattr(a, "ndim", 0) == 1 else a[i] if getattr(a, "ndim", 0)
+                 else c(a) for a, c in zip(args, casts))
 
 
 @overload(elements)
-def _elements_typing(args, i, cast):
+def _elements_typing(args, i, casts):
     if len(args) == 0:
-        return lambda args, i, cast: ()
+        return lambda args, i, casts: ()
     head = args[0]
     if isinstance(head, types.Array) and head.ndim == 1:
-        return lambda args, i, cast: (cast(args[0][i]),) + elements(args[1:], i, cast)
+        return lambda args, i, casts: (casts[0](args[0][i]),) + elements(args[1:], i, casts[1:])
     if isinstance(head, types.Array):
-        return lambda args, i, cast: (args[0][i],) + elements(args[1:], i, cast)
-    return lambda args, i, cast: (cast(args[0]),) + elements(args[1:], i, cast)
+        return lambda args, i, casts: (args[0][i],) + elements(args[1:], i, casts[1:])
+    return lambda args, i, casts: (casts[0](args[0]),) + elements(args[1:], i, casts[1:])
 
 
 def flat(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -214,9 +215,10 @@ def _jit(func: Callable[..., Any], key: str | None, **extra: Any) -> Any:
     return dispatcher if key is None else cache.attach(dispatcher, key)
 
 
-def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None,
+def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None,
                 wide: bool = True) -> tuple[Any, Any, Any]:
-    """``(loop, masked, parallel)`` dispatchers of an elementwise kernel computing in ``cast``,
+    """``(loop, masked, parallel)`` dispatchers of an elementwise kernel whose inputs are cast
+    to ``cast`` (a type per input),
     vectorized with 512-bit vectors where the CPU has them (``wide``; see :data:`WIDE_MIN`).
 
     ``loop(out, *args)`` writes ``out[i] = f(*args at i)`` (storing casts to ``out``'s dtype),
@@ -278,8 +280,9 @@ def ufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None,
     return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
 
 
-def gufunc_loops(scalar: Callable[..., Any], cast: Any, key: str | None) -> tuple[Any, Any, Any]:
-    """``(loop, masked, parallel)`` dispatchers of a generalized kernel computing in ``cast``.
+def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None) -> tuple[Any, Any, Any]:
+    """``(loop, masked, parallel)`` dispatchers of a generalized kernel whose inputs are cast to
+    ``cast`` (a type per input).
 
     ``loop(outs, *args)`` calls ``f(*args at i, *rows of outs at i)`` for every row ``i`` of the
     outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it);

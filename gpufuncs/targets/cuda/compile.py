@@ -13,13 +13,12 @@ import threading
 from typing import Any
 
 import numba
-import numpy as np
 from numba import cuda
 from numba.core import sigutils, types
 from numba.np.numpy_support import from_dtype
 
 from ...errors import CudaCompileError
-from ...spec import KernelSpec
+from ...spec import KernelSpec, Loop
 from ..base import compiling
 from ..cpu.cache import dependency_digest
 from .compat import SIMULATED, keyed_cache, loaded_kernel
@@ -27,15 +26,16 @@ from .kernels import gufunc_kernel, ufunc_kernel
 from .runtime import BLOCK, Runtime
 
 
-def elements_per_thread(spec: KernelSpec, loop_dtype: np.dtype, n: int, multiprocessors: int) -> int:
+def elements_per_thread(spec: KernelSpec, loop: Loop, n: int, multiprocessors: int) -> int:
     """Loop elements per thread: for elementwise kernels 16 bytes of each input in flight, where
     ``n`` elements give every one of the GPU's ``multiprocessors`` a block that way. Fewer
     elements take one per thread: the call then waits for the kernel's latency, not for memory
     bandwidth, and four elements in a thread compute one after the other (measured on an H100
-    at 10^3 float32 elements: 2.6 us against 2.2 us of GPU time, the same as CuPy's)."""
-    if spec.layout is not None:
+    at 10^3 float32 elements: 2.6 us against 2.2 us of GPU time, the same as CuPy's). A loop
+    of several input types takes one element per thread (see ``kernels.ufunc_kernel``)."""
+    if spec.layout is not None or len(set(loop.inputs)) > 1:
         return 1
-    per_thread = max(1, 16 // np.dtype(loop_dtype).itemsize)
+    per_thread = max(1, 16 // loop.inputs[0].itemsize)
     return per_thread if n >= BLOCK * per_thread * multiprocessors else 1
 
 
@@ -50,11 +50,11 @@ class CudaKernels:
         self.spec = spec
         options = {} if SIMULATED else {"forceinline": True}
         self.device_function = cuda.jit(device=True, **options)(spec.pyfunc)
-        self._dispatchers: dict[tuple[np.dtype, int], Any] = {}
+        self._dispatchers: dict[tuple[str, int], Any] = {}
         self._launchable: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self._lock = threading.Lock()
         self._numba_object: Any = None
-        self._raising: dict[np.dtype, bool] = {}  # loop dtype -> whether the kernel can raise
+        self._raising: dict[str, bool] = {}  # loop signature -> whether the kernel can raise
 
     def numba_object(self) -> Any:
         """Numba's own CUDA ufunc object for this spec (see :func:`numba_object`), built once."""
@@ -63,24 +63,24 @@ class CudaKernels:
                 self._numba_object = numba_object(self.spec)
         return self._numba_object
 
-    def get(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], n: int,
+    def get(self, loop: Loop, argtypes: tuple[types.Type, ...], n: int,
             runtime: Runtime) -> tuple[Any, int]:
-        """The launchable kernel for the loop dtype and Numba argument types over ``n`` loop
-        elements on ``runtime``'s GPU (compiled once, loaded per device, on first use), and the
-        loop elements each of its threads handles."""
-        per_thread = elements_per_thread(self.spec, loop_dtype, n, runtime.multiprocessors)
-        key = (loop_dtype, argtypes, per_thread, runtime.ordinal)
+        """The launchable kernel for the declared ``loop`` and Numba argument types over ``n``
+        loop elements on ``runtime``'s GPU (compiled once, loaded per device, on first use), and
+        the loop elements each of its threads handles."""
+        per_thread = elements_per_thread(self.spec, loop, n, runtime.multiprocessors)
+        key = (loop.signature, argtypes, per_thread, runtime.ordinal)
         found = self._launchable.get(key)
         if found is None:
             with self._lock:
                 found = self._launchable.get(key)
                 if found is None:
-                    compiled = self._compile(loop_dtype, argtypes, per_thread, runtime)
-                    self._refuse_raising(loop_dtype)
+                    compiled = self._compile(loop, argtypes, per_thread, runtime)
+                    self._refuse_raising(loop)
                     found = self._launchable[key] = compiled
         return found, per_thread
 
-    def _refuse_raising(self, loop_dtype: np.dtype) -> None:
+    def _refuse_raising(self, loop: Loop) -> None:
         """Refuse a kernel that can raise an exception: a CUDA kernel cannot report one (numba-cuda
         drops it outside debug builds, and the thread leaves its output unwritten), so the call
         would return a silently wrong answer. Decided once per loop, before the first launch,
@@ -88,28 +88,27 @@ class CudaKernels:
         compiles for the GPU only is let through)."""
         from ..cpu import CpuKernel
 
-        raising = self._raising.get(loop_dtype)
+        raising = self._raising.get(loop.signature)
         if raising is None:
-            loop = next(loop for loop in self.spec.loops if loop.dtype == loop_dtype)
             try:
                 raising = CpuKernel(self.spec, "cpu").may_raise(loop)
             except Exception:  # nothing to tell from
                 raising = False
-            self._raising[loop_dtype] = raising
+            self._raising[loop.signature] = raising
         if raising:
             raise TypeError(f"{self.spec.name}: this kernel can raise an exception, which a CUDA "
                             "kernel cannot report (the GPU would leave the element unwritten); run "
                             "it with target='cpu' or 'parallel', or return NaN instead of raising")
 
-    def _dispatcher(self, loop_dtype: np.dtype, per_thread: int) -> Any:
-        found = self._dispatchers.get((loop_dtype, per_thread))
+    def _dispatcher(self, loop: Loop, per_thread: int) -> Any:
+        found = self._dispatchers.get((loop.signature, per_thread))
         if found is None:
-            cast = from_dtype(loop_dtype)
             spec = self.spec
+            zeros = tuple(d.type(0) for d in loop.inputs + loop.outputs)  # a type per argument
             if spec.layout is None:
-                body = ufunc_kernel(self.device_function, cast, spec.nin, per_thread)
+                body = ufunc_kernel(self.device_function, zeros[: spec.nin], per_thread)
             else:
-                body = gufunc_kernel(self.device_function, cast)
+                body = gufunc_kernel(self.device_function, zeros)
             # Keyed on the values Numba freezes into the code too (module constants, closures:
             # see dependency_digest; None: not cached), and on the elements per thread.
             depends = dependency_digest(spec.pyfunc)
@@ -118,13 +117,13 @@ class CudaKernels:
             found = cuda.jit(body) if key is None else cuda.jit(cache=True)(body)
             if key is not None:
                 keyed_cache(found, body, key)
-            self._dispatchers[(loop_dtype, per_thread)] = found
+            self._dispatchers[(loop.signature, per_thread)] = found
         return found
 
-    def _compile(self, loop_dtype: np.dtype, argtypes: tuple[types.Type, ...], per_thread: int,
+    def _compile(self, loop: Loop, argtypes: tuple[types.Type, ...], per_thread: int,
                  runtime: Runtime) -> Any:
         try:
-            dispatcher = self._dispatcher(loop_dtype, per_thread)
+            dispatcher = self._dispatcher(loop, per_thread)
             if SIMULATED:
                 return dispatcher
             # Numba compiles an overload once and loads its module per device, in the current
@@ -134,7 +133,7 @@ class CudaKernels:
         except Exception as exc:
             raise CudaCompileError(
                 f"kernel {self.spec.name!r} failed to compile for target 'cuda' "
-                f"({loop_dtype} loop, arguments {argtypes}): {exc}"
+                f"({loop.types} loop, arguments {argtypes}): {exc}"
             ) from exc
 
 
@@ -189,7 +188,7 @@ def _guvectorize_with_size_input(spec: KernelSpec) -> Any:
     sigs = []
     for loop in spec.loops:
         args, _ = sigutils.normalize_signature(loop.signature)
-        size = types.Array(from_dtype(loop.dtype), len(dims), "A")
+        size = types.Array(from_dtype(loop.inputs[0]), len(dims), "A")
         sigs.append(types.void(*args[: spec.nin], size, *args[spec.nin:]))
     ins = ",".join(f"({','.join(d)})" for d in layout.inputs)
     outs = ",".join(f"({','.join(d)})" for d in layout.outputs)

@@ -100,13 +100,16 @@ def _device(arg: Arg, core: int) -> _Operand:
 
 
 def _input(arg: Arg, core: int, loop: np.dtype, runtime: Any) -> _Operand:
+    """How input ``arg`` is read, for a loop that takes it as ``loop``."""
     if arg.role == DEVICE:
         return _device(arg, core)
     size = int(np.prod(arg.shape)) if arg.role == HOST else 1
-    if not core and size == 1:
+    if not core and size == 1 and loop.kind != "c":
         return _Operand(_scalar_reader(loop), Layout.scalar(loop),
                         get=_scalar_getter(arg, loop, runtime.simulated))
-    if arg.role != HOST:  # a scalar given for a core operand: a one-element array
+    if arg.role != HOST:
+        # A scalar given for a core operand, or a complex one (a kernel parameter holds one
+        # 8-byte value): a one-element array.
         return _Operand(_host_reader(loop, runtime), Layout.contiguous(arg.shape, loop, core=core))
     # Core operands are used in place: the loop's dtype. Others keep theirs (fewer bytes to
     # move), in native byte order: kernels load native values.
@@ -133,7 +136,8 @@ def _identity_kernels() -> CudaKernels:
 def cast_plan(src: Layout, dst: Layout, runtime: Runtime) -> LaunchPlan:
     """A launch on ``runtime``'s GPU copying ``src`` into ``dst`` (same shape), converting the
     dtype on the way."""
-    loop = np.dtype(np.float64) if np.float64 in (src.dtype, dst.dtype) else np.dtype(np.float32)
+    wide = np.dtype(np.float64) in (src.dtype, dst.dtype)
+    loop = IDENTITY.loop_for(np.dtype(np.float64 if wide else np.float32))
     plain = [Layout(op.dtype, op.shape, op.strides) for op in (src, dst)]
     return LaunchPlan(_identity_kernels(), loop, plain[:1], plain[1:], None, src.shape, runtime)
 
@@ -181,10 +185,10 @@ def _outputs(spec: KernelSpec, plan: Plan, inputs: list[_Operand], runtime: Any)
         like = next((op.kind for op in inputs if op.kind is not None), None)
         first_layout = next((op.layout for op in inputs if op.kind is not None), None)
         allocators = []
-        for shape, core in zip(plan.out_shapes, out_cores):
+        for shape, core, dtype in zip(plan.out_shapes, out_cores, plan.result_dtypes):
             axes = _output_axes(spec, plan, shape)
-            layout = Layout.contiguous(shape, plan.result_dtype, axes, core)
-            allocators.append(arrays.allocator(like, shape, plan.result_dtype, axes, runtime,
+            layout = Layout.contiguous(shape, dtype, axes, core)
+            allocators.append(arrays.allocator(like, shape, dtype, axes, runtime,
                                                like_layout=layout == first_layout))
             operands.append(_Operand(_taken, layout))
         return operands, tuple(allocators), ()
@@ -217,14 +221,16 @@ def _stagings(spec: KernelSpec, plan: Plan, layouts: list[Layout], masked: bool,
               runtime: Runtime) -> tuple[_Staging, ...]:
     """Core operands of another dtype than the loop's, computed through loop-dtype buffers;
     and float16 results, rounded to float16 on their way into a wider ``out=``."""
-    nin, loop = spec.nin, plan.loop.dtype
-    staging = [_Staging(i, lay, loop, i < nin, masked, runtime)
+    nin, loop = spec.nin, plan.loop.compiled
+    types = loop.inputs + loop.outputs
+    staging = [_Staging(i, lay, types[i], i < nin, masked, runtime)
                for i, lay in enumerate(layouts[: nin + spec.nout])
-               if lay.core and lay.array and lay.dtype != loop]
-    if plan.result_dtype == HALF and not masked and plan.outs is not None:
+               if lay.core and lay.array and lay.dtype != types[i]]
+    if not masked and plan.outs is not None:
         staging += [_Staging(nin + k, lay, HALF, False, False, runtime)
                     for k, lay in enumerate(layouts[nin: nin + spec.nout])
-                    if lay.array and lay.dtype != HALF and all(s.index != nin + k for s in staging)]
+                    if plan.result_dtypes[k] == HALF and lay.array and lay.dtype != HALF
+                    and all(s.index != nin + k for s in staging)]
     return tuple(staging)
 
 
@@ -298,8 +304,8 @@ class _Decisions:
 
 
 def _decide(spec: KernelSpec, kernels: CudaKernels, plan: Plan, runtime: Any) -> _Decisions:
-    loop, nin, nout = plan.loop.dtype, spec.nin, spec.nout
-    operands = [_input(a, c, loop, runtime) for a, c in zip(plan.inputs, plan.cores)]
+    loop, nin, nout = plan.loop.compiled, spec.nin, spec.nout
+    operands = [_input(a, c, t, runtime) for a, c, t in zip(plan.inputs, plan.cores, loop.inputs)]
     outputs, allocators, host_outs = _outputs(spec, plan, operands, runtime)
     mask, constant_where = _mask(plan, runtime)
     operands += outputs + ([mask] if mask is not None else [])

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ...spec import KernelSpec
+from ...spec import KernelSpec, Loop
 from ..base import Arg, Executor, Plan, c_strides, copy_cast, is_contiguous, read_before_write
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
@@ -282,23 +282,24 @@ class _Decisions:
 
 
 def _decide(spec: KernelSpec, plan: Plan) -> _Decisions:
-    loop, nin = plan.loop.dtype, spec.nin
+    loop, nin = plan.loop.compiled, spec.nin
     cores = (tuple(len(d) for d in (*spec.layout.inputs, *spec.layout.outputs))
              if spec.layout else (0,) * (nin + spec.nout))
-    by_value = tuple(not c and (not a.is_array or math.prod(a.shape) == 1)
-                     for a, c in zip(plan.inputs, cores))
-    in_dtypes = tuple(None if v else loop if c else a.dtype.newbyteorder("=")
-                      for a, v, c in zip(plan.inputs, by_value, cores))
-    out_dtypes = tuple(plan.result_dtype if spec.layout is None else loop for _ in plan.out_shapes)
-    views = [(loop_view(plan.loop_shape, a, c), a.dtype.itemsize)
-             for a, v, c in zip(plan.inputs, by_value, cores) if not v]
+    # Scalars by value, except complex ones (a one-element array: see device._input).
+    by_value = tuple(not c and (not a.is_array or math.prod(a.shape) == 1) and t.kind != "c"
+                     for a, c, t in zip(plan.inputs, cores, loop.inputs))
+    in_dtypes = tuple(None if v else t if c or not a.is_array else a.dtype.newbyteorder("=")
+                      for a, v, c, t in zip(plan.inputs, by_value, cores, loop.inputs))
+    out_dtypes = plan.result_dtypes if spec.layout is None else loop.outputs
+    views = [(loop_view(plan.loop_shape, a, c), d.itemsize if not a.is_array else a.dtype.itemsize)
+             for a, v, c, d in zip(plan.inputs, by_value, cores, in_dtypes) if not v]
     if plan.outs is not None:
         views += [((o.shape, o.strides), o.dtype.itemsize) for o in plan.outs]
         if plan.where is not None:
             views.append((loop_view(plan.loop_shape, plan.where, 0), plan.where.dtype.itemsize))
     elif plan.order == "F":  # new results: C order, or F (unpinned, see _new_results)
-        item = plan.result_dtype.itemsize
-        views += [((s, c_strides(s[::-1], item)[::-1]), item) for s in plan.out_shapes]
+        views += [((s, c_strides(s[::-1], d.itemsize)[::-1]), d.itemsize)
+                  for s, d in zip(plan.out_shapes, plan.result_dtypes)]
     flat = all(is_contiguous(shape, strides, item) for (shape, strides), item in views)
     widest = max([d.itemsize * math.prod(a.shape[len(a.shape) - c:]) if c else d.itemsize
                   for a, d, c in zip(plan.inputs, in_dtypes, cores) if d is not None]
@@ -325,10 +326,10 @@ class _Pipeline:
         self.launches, self.plan, self.resources = launches, plan, resources
         self.nin, self.cores = len(inputs), d.cores
         self.in_dtypes, self.out_dtypes = d.in_dtypes, d.out_dtypes
-        cast = plan.loop.dtype.type
+        types = plan.loop.compiled.inputs
         lead = () if plan.loop_shape else (np.newaxis,)
-        self.scalars = [None if not v else cast(a.reshape(())[()] if isinstance(a, np.ndarray) else a)
-                        for a, v in zip(inputs, d.by_value)]
+        self.scalars = [None if not v else t.type(a.reshape(())[()] if isinstance(a, np.ndarray) else a)
+                        for a, v, t in zip(inputs, d.by_value, types)]
         self.views = [None if v else
                       np.broadcast_to(np.asarray(a), plan.loop_shape + _core_shape(np.shape(a), c))[lead]
                       for a, v, c in zip(inputs, d.by_value, d.cores)]
@@ -388,11 +389,11 @@ class _Pipeline:
         values: list[Any] = []
         layouts: list[Layout] = []
         keep: list[Any] = []
-        loop = self.plan.loop.dtype
+        types = self.plan.loop.compiled.inputs
         for k, (view, scalar) in enumerate(zip(self.views, self.scalars)):
             if view is None:
                 values.append(scalar)
-                layouts.append(Layout.scalar(loop))
+                layouts.append(Layout.scalar(types[k]))
                 continue
             part = view[index]
             dtype = self.in_dtypes[k]
@@ -444,7 +445,7 @@ class _Pipeline:
 class _Launches:
     """The launch plans of one call signature's chunks (a full chunk and the last one, per GPU)."""
 
-    def __init__(self, spec: KernelSpec, kernels: CudaKernels, loop: np.dtype) -> None:
+    def __init__(self, spec: KernelSpec, kernels: CudaKernels, loop: Loop) -> None:
         self.spec, self.kernels, self.loop = spec, kernels, loop
         self._plans: dict[Any, LaunchPlan] = {}
 
@@ -481,7 +482,7 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, devices: tuple[i
     """The executor of a call signature on host arrays: results are host arrays, as on cpu.
     ``devices``: the GPUs to split the work across (``None``: the caller's current GPU);
     ``resources``: the target's lanes and threads."""
-    launches = _Launches(spec, kernels, plan.loop.dtype)
+    launches = _Launches(spec, kernels, plan.loop.compiled)
     decisions = _decide(spec, plan)
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
@@ -502,7 +503,8 @@ def run(spec: KernelSpec, decisions: _Decisions, launches: _Launches, plan: Plan
     if where is not True and outs is None:
         where = True  # like NumPy, masked positions of a new output are undefined
     if math.prod(plan.loop_shape) == 0:
-        return outs or tuple(np.empty(s, plan.result_dtype, order=plan.order) for s in plan.out_shapes)
+        return outs or tuple(np.empty(s, d, order=plan.order)
+                             for s, d in zip(plan.out_shapes, plan.result_dtypes))
     if outs is not None:
         # An input that is an output element for element needs no copy, also for core
         # operands: each chunk's inputs are on the GPU before any of its results is written
@@ -552,11 +554,10 @@ def _run_on_all(pipeline: _Pipeline, devices: tuple[int, ...], chunks: _Chunks) 
 def _new_results(spec: KernelSpec, plan: Plan, runtime: Runtime,
                  pool: PinnedResults) -> tuple[tuple[np.ndarray, ...], list[bool]]:
     results, direct = [], []
-    for shape in plan.out_shapes:
+    for shape, dtype in zip(plan.out_shapes, plan.result_dtypes):
         pinned = None
         if spec.layout is None and (plan.order == "C" or len(shape) < 2):
-            pinned = pool.result(shape, plan.result_dtype, runtime)
-        results.append(pinned if pinned is not None else np.empty(shape, plan.result_dtype,
-                                                                   order=plan.order))
+            pinned = pool.result(shape, dtype, runtime)
+        results.append(pinned if pinned is not None else np.empty(shape, dtype, order=plan.order))
         direct.append(pinned is not None)
     return tuple(results), direct

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from numba import cuda
+from numba.np.numpy_support import from_dtype
 
 from ...scalar import as_type
 from .compat import SIMULATED, SimCore, SimPointer
@@ -53,7 +54,7 @@ def _put(p, s, i, shape, value):
 
 
 def _arg(a, s, i, shape, zero):
-    """A gufunc argument: the core view of a core operand, else the element cast like ``zero``."""
+    """A kernel argument: the core view of a core operand, else the element cast like ``zero``."""
     if isinstance(a, SimCore):
         return a[_offset(i, shape, s) if shape else i]
     return as_type(_at(a, s, i, shape), zero)
@@ -73,9 +74,9 @@ def _row(vals, k, full, rest):
     return tuple(vals[j, k] for j in range(len(full) - len(rest), len(full)))
 
 
-def _args(ops, sops, i, shape, zero):
-    """The gufunc's arguments at loop element ``i`` (see :func:`_arg`)."""
-    return tuple(_arg(a, s, i, shape, zero) for a, s in zip(ops, sops))
+def _args(ops, sops, i, shape, zeros):
+    """The arguments at loop element ``i``, each cast like its ``zeros`` entry (see :func:`_arg`)."""
+    return tuple(_arg(a, s, i, shape, zero) for a, s, zero in zip(ops, sops, zeros))
 
 
 if not SIMULATED:
@@ -135,16 +136,22 @@ if not SIMULATED:
         return lambda vals, k, full, rest: (vals[j, k],) + _row(vals, k, full, rest[1:])
 
     @overload(_args, inline="always")
-    def _args_typing(ops, sops, i, shape, zero):
+    def _args_typing(ops, sops, i, shape, zeros):
         if len(ops) == 0:
-            return lambda ops, sops, i, shape, zero: ()
-        return lambda ops, sops, i, shape, zero: (
-            (_arg(ops[0], sops[0], i, shape, zero),) + _args(ops[1:], sops[1:], i, shape, zero))
+            return lambda ops, sops, i, shape, zeros: ()
+        return lambda ops, sops, i, shape, zeros: (
+            (_arg(ops[0], sops[0], i, shape, zeros[0]),) + _args(ops[1:], sops[1:], i, shape, zeros[1:]))
+
+
+def as_type_of(zero: Any) -> Any:
+    """The Numba type of the NumPy scalar ``zero`` (what a local array of its values holds)."""
+    return from_dtype(zero.dtype)
 
 
 # -- the two templates -----------------------------------------------------------------------------
-def ufunc_kernel(dev: Any, cast: Any, nin: int, per_thread: int) -> Callable[..., None]:
-    """An elementwise kernel: ``out = dev(*ins)`` over the loop, where ``w`` is true.
+def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[..., None]:
+    """An elementwise kernel: ``out = dev(*ins)`` over the loop, where ``w`` is true; input ``j``
+    is cast to the type of ``zeros[j]`` (a NumPy scalar of its loop type).
 
     Parameters: the inputs (pointers or scalars) and their element strides, the output and its
     strides, the ``where`` mask (a pointer, or 1 by value) and its strides, the loop shape
@@ -154,8 +161,20 @@ def ufunc_kernel(dev: Any, cast: Any, nin: int, per_thread: int) -> Callable[...
     coalesced), and loads all of them before computing any: with one 4-byte element per thread
     an SM has too few bytes in flight to cover the memory latency of an H100 (measured: 1.6 TB/s
     against 2.8 TB/s for a copy). The loops have a constant trip count, so they are unrolled and
-    the staging array lives in registers.
+    the staging array lives in registers. A loop of several input types has no such array
+    (one type per array): it takes one element per thread, each argument loaded and cast.
     """
+    nin = len(zeros)
+    if len({type(z) for z in zeros}) > 1:
+        assert per_thread == 1
+
+        def mixed(ins, sins, out, so, w, sw, shape, n):
+            i = cuda.grid(1)
+            if i < n and _at(w, sw, i, shape):
+                _put(out, so, i, shape, dev(*_args(ins, sins, i, shape, zeros)))
+
+        return mixed
+    cast = as_type_of(zeros[0])
 
     def kernel(ins, sins, out, so, w, sw, shape, n):
         first = cuda.blockIdx.x * cuda.blockDim.x * per_thread + cuda.threadIdx.x
@@ -172,14 +191,15 @@ def ufunc_kernel(dev: Any, cast: Any, nin: int, per_thread: int) -> Callable[...
     return kernel
 
 
-def gufunc_kernel(dev: Any, cast: Any) -> Callable[..., None]:
+def gufunc_kernel(dev: Any, zeros: tuple[Any, ...]) -> Callable[..., None]:
     """A generalized kernel: ``dev(*ops)`` once per loop element, ``ops`` the inputs then the
-    outputs (core views, elements or scalars). One loop element per thread: the core loops
-    (32 orders of ``hermite_norm`` per load) keep enough work in flight."""
+    outputs (core views, elements or scalars; an element cast to the type of its ``zeros``
+    entry). One loop element per thread: the core loops (32 orders of ``hermite_norm`` per
+    load) keep enough work in flight."""
 
     def kernel(ops, sops, w, sw, shape, n):
         i = cuda.grid(1)
         if i < n and _at(w, sw, i, shape):
-            dev(*_args(ops, sops, i, shape, cast(0)))
+            dev(*_args(ops, sops, i, shape, zeros))
 
     return kernel

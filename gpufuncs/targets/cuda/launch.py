@@ -20,6 +20,7 @@ import numpy as np
 from numba.core import types
 from numba.np.numpy_support import from_dtype
 
+from ...spec import Loop
 from ..base import c_strides
 from .compat import SimCore, SimPointer
 from .runtime import BLOCK, Runtime
@@ -121,7 +122,8 @@ def _sim(param: Any, values: Sequence[Any]) -> Any:
 
 
 #: ``struct`` codes of one 8-byte parameter slot, by kind (values narrower than 8 bytes first).
-_SLOTS = {"p": "Q", "q": "q", "d": "d", "f": "f4x", "B": "B7x", "e": "e6x"}
+_SLOTS = {"p": "Q", "q": "q", "l": "q", "Q": "Q", "L": "Q", "i": "i4x", "I": "I4x", "h": "h6x",
+          "H": "H6x", "b": "b7x", "B": "B7x", "?": "?7x", "d": "d", "f": "f4x", "e": "e6x"}
 
 
 class Packer:
@@ -268,11 +270,11 @@ class LaunchPlan:
     """One kernel launch over ``loop_shape`` for operands of fixed layouts, on ``runtime``'s GPU.
 
     :attr:`launch` takes the per-call values in order: for each input its pointer (an array) or
-    its value (a scalar, in the loop dtype), then each output's pointer, then the ``where``
+    its value (a scalar, of its type in the declared ``loop``), then each output's pointer, then the ``where``
     mask's pointer if there is one.
     """
 
-    def __init__(self, kernels: Any, loop_dtype: np.dtype, inputs: list[Layout], outputs: list[Layout],
+    def __init__(self, kernels: Any, loop: Loop, inputs: list[Layout], outputs: list[Layout],
                  where: Layout | None, loop_shape: tuple[int, ...], runtime: Runtime) -> None:
         # No launch when every output is empty (an output core dimension of 0): there is nothing
         # to write, and such operands have no valid extent to describe to the kernel.
@@ -287,7 +289,7 @@ class LaunchPlan:
         as_array = spec.array_args if spec.layout is not None else ()
         params = []
         for index, (op, s) in enumerate(zip(every, strides)):
-            hole = _Hole(index, op.kernel_dtype if op.array else np.dtype(loop_dtype), op.array)
+            hole = _Hole(index, op.kernel_dtype if op.array else op.dtype, op.array)
             if op.core or (index < len(as_array) and as_array[index]):
                 # ``()`` operands declared as arrays are one-element core views, as in Numba.
                 core_shape = op.shape[len(op.shape) - op.core:] if op.core else (1,)
@@ -304,7 +306,7 @@ class LaunchPlan:
         else:
             self.params = (tuple(p for p, _ in params), tuple(s for _, s in params), w, sw, shape, self.n)
         argtypes = tuple(_numba_type(p) for p in self.params)
-        self.kernel, per_thread = kernels.get(np.dtype(loop_dtype), argtypes, self.n, runtime)
+        self.kernel, per_thread = kernels.get(loop, argtypes, self.n, runtime)
         self.blocks = -(-self.n // (BLOCK * per_thread))
         #: ``launch(values, handle)``: launch on the stream ``handle`` with this call's pointers
         #: and scalars (see the class docstring). One closure from the runtime, which packs the

@@ -1,0 +1,172 @@
+"""Property tests of loops that :mod:`gpufuncs.testing`'s floating-point checks do not cover.
+
+Those checks measure errors in ULPs against a float64 reference, for loops whose every argument
+is float32 or float64. Every other loop (integers, bool, complex, mixed types), and every loop
+of a kernel declared without a reference, is checked here by :func:`check_loop`:
+
+* the reference is the kernel's declared one, called with the inputs cast to the loop's input
+  dtypes (so NumPy's own integer semantics apply: wrapping, 0 for a division by zero), or,
+  without one, the scalar function itself run as plain Python on NumPy scalars of those dtypes
+  (elements where Python raises, ``math.exp(1000)`` say, are compared across targets only);
+* integer and bool results must equal it exactly; floating and complex ones (each part) within
+  the kernel's tolerance for the output dtype, with NaN and infinities in the same places;
+* ``cpu`` and ``parallel`` must agree bit for bit, any other pair as the values do.
+
+Values include each integer type's extremes and complex infinities and NaNs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays, from_dtype, mutually_broadcastable_shapes
+
+from .dispatch import Kernel
+from .spec import KernelSpec, Loop
+
+#: Targets that run the same compiled code, and agree bit for bit.
+_SAME_CODE = {"cpu", "parallel"}
+
+
+def is_exact_loop(spec: KernelSpec, loop: Loop) -> bool:
+    """Whether ``loop`` is checked here rather than by ULPs (see the module docstring)."""
+    return spec.reference is None or loop.dtype is None or loop.dtype.kind != "f"
+
+
+def values(dtype: np.dtype) -> st.SearchStrategy[Any]:
+    """Values of ``dtype``: its whole range, with its extremes (integers) and its non-finite
+    values (floating and complex, infinities and NaN in either part) drawn often."""
+    drawn = from_dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        edges = [info.min, info.max, 0, 1, info.max // 2 + 1]
+        edges += [-1, info.min + 1] if dtype.kind == "i" else []
+        return st.one_of(st.sampled_from(edges), drawn)
+    if dtype.kind == "c":
+        part = st.sampled_from([0.0, -0.0, 1.0, np.inf, -np.inf, np.nan])
+        edges = st.builds(complex, part, part)
+        return st.one_of(edges, drawn)
+    return drawn
+
+
+@st.composite
+def loop_arguments(draw: Any, spec: KernelSpec, loop: Loop) -> tuple[Any, ...]:
+    """Call arguments whose dtypes select ``loop``: an array (or a NumPy scalar, for a 0-d
+    input) of each input's loop dtype, then the output-only core sizes of a gufunc."""
+    if spec.layout is None:
+        shapes = draw(mutually_broadcastable_shapes(num_shapes=spec.nin, max_dims=2, max_side=4))
+        drawn, sizes = shapes.input_shapes, ()
+    else:
+        from .testing import _shape_signature
+
+        shapes = draw(mutually_broadcastable_shapes(signature=_shape_signature(spec), max_dims=2,
+                                                    max_side=4))
+        output_only = len(spec.layout.output_only_dims)
+        drawn = shapes.input_shapes
+        sizes = drawn[spec.nin][-output_only:] if output_only else ()
+    args = []
+    for shape, dtype in zip(drawn, loop.inputs):
+        if not shape and draw(st.booleans()):
+            args.append(dtype.type(draw(values(dtype))))
+        else:
+            args.append(draw(arrays(dtype, shape, elements=values(dtype))))
+    return (*args, *sizes)
+
+
+def expected(kernel: Kernel, loop: Loop, args: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The results ``kernel(*args)`` must give in ``loop`` (see the module docstring), and a
+    mask of the elements they are known at (``None``: everywhere)."""
+    spec = kernel.spec
+    inputs = [np.asarray(a, dtype=d) for a, d in zip(args, loop.inputs)]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if spec.reference is not None:
+            ref = spec.reference(*inputs, *args[spec.nin:])
+            return np.asarray(ref, dtype=loop.outputs[0]), None
+        return _run_in_python(spec, loop, inputs)
+
+
+def _run_in_python(spec: KernelSpec, loop: Loop, inputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The scalar function run as plain Python on NumPy scalars, element by element."""
+    if spec.layout is not None:
+        raise AssertionError(f"kernel {spec.name!r}: a gufunc without a reference cannot be run "
+                             "as plain Python here; declare reference=")
+    shape = np.broadcast_shapes(*(a.shape for a in inputs))
+    result = np.zeros(shape, loop.outputs[0])
+    known = np.zeros(shape, bool)
+    broadcast = [np.broadcast_to(a, shape) for a in inputs]
+    for index in np.ndindex(shape):
+        try:
+            result[index] = spec.pyfunc(*(b[index] for b in broadcast))
+            known[index] = True
+        except (ArithmeticError, ValueError):  # Python raises where a kernel returns inf/NaN
+            pass
+    return result, known
+
+
+def assert_matches(kernel: Kernel, loop: Loop, target: str, got: Any, want: np.ndarray,
+                   known: np.ndarray | None) -> None:
+    """``got`` equals ``want`` (integers, bool) or is within the tolerance for its dtype."""
+    got = np.asarray(got)
+    name = f"{kernel.__name__} ({loop.types} loop, target {target!r})"
+    if got.dtype != loop.outputs[0] or got.shape != want.shape:
+        raise AssertionError(f"{name}: gave {got.dtype}{got.shape}, expected "
+                             f"{loop.outputs[0]}{want.shape}")
+    bad = ~_close(kernel.spec, target, got, want)
+    if known is not None:
+        bad &= known
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AssertionError(f"{name}: {int(bad.sum())} wrong value(s); first at {at}: got "
+                             f"{got[at]!r}, expected {want[at]!r}")
+
+
+def _close(spec: KernelSpec, target: str, got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    if got.dtype.kind not in "fc":
+        return got == want
+    if got.dtype.kind == "c":
+        return _close(spec, target, got.real, want.real) & _close(spec, target, got.imag, want.imag)
+    tol = spec.tolerance(got.dtype, target)
+    with np.errstate(all="ignore"):
+        near = np.abs(got.astype(np.float64) - want) <= tol.atol + tol.rtol * np.abs(want)
+    return near | (got == want) | (np.isnan(got) & np.isnan(want))
+
+
+def assert_targets_agree(kernel: Kernel, results: dict[str, np.ndarray]) -> None:
+    """``cpu`` and ``parallel`` bit for bit; integer results everywhere exactly."""
+    items = list(results.items())
+    for (t0, r0), (t1, r1) in itertools.pairwise(items):
+        if {t0, t1} <= _SAME_CODE or r0.dtype.kind not in "fc":
+            same = np.asarray(r0).tobytes() == np.asarray(r1).tobytes()
+            if not same:
+                raise AssertionError(f"{kernel.__name__}: targets {t0!r} and {t1!r} disagree: "
+                                     f"{r0!r} vs {r1!r}")
+
+
+def check_loop(kernel: Kernel, loop: Loop, targets: tuple[str, ...], max_examples: int | None) -> None:
+    """Property-test ``kernel``'s ``loop`` on ``targets`` (see the module docstring)."""
+    options: dict[str, Any] = {"deadline": None,
+                               "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+    if max_examples is not None:
+        options["max_examples"] = max_examples
+
+    @settings(**options)
+    @given(loop_arguments(kernel.spec, loop))
+    def check(args: tuple[Any, ...]) -> None:
+        want, known = expected(kernel, loop, args)
+        results = {}
+        for target in targets:
+            with np.errstate(all="ignore"):
+                results[target] = np.asarray(kernel(*args, target=target))
+            assert_matches(kernel, loop, target, results[target], want, known)
+        assert_targets_agree(kernel, results)
+
+    check.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
+        f"{kernel.__name__}/{loop.types}/{','.join(targets)}".encode())
+    check()

@@ -1,0 +1,146 @@
+"""Kernels of every numeric type NumPy's ufuncs have: integers, bool, complex and mixed loops.
+
+Each kernel is checked with ``check_kernel`` (Hypothesis) against the NumPy ufunc it mirrors,
+on the loop's own dtypes, integer extremes and complex infinities included: ``np.add`` wraps,
+``np.floor_divide`` by zero gives 0, comparisons give bool. On the host targets here; the CUDA
+simulator runs this file too (see test_cuda_sim.py), on ``cuda``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import gpufuncs as gf
+from gpufuncs.testing import check_kernel
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+TARGETS = ["cuda"] if SIMULATED else ["cpu", "parallel"]
+#: NumPy's integer loops of np.add (bool excluded), in its order.
+INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+
+
+@gf.ufunc(signatures=[f"{t}({t}, {t})" for t in INTEGERS] + gf.float_signatures(2),
+          reference=np.add, replace=True)
+def types_add(a, b):
+    return a + b
+
+
+@gf.ufunc(signatures=["int64(int64, int64)", "uint64(uint64, uint64)"],
+          reference=np.floor_divide, replace=True)
+def types_floor_divide(a, b):
+    return a // b
+
+
+@gf.ufunc(signatures=["complex64(complex64, complex64)", "complex128(complex128, complex128)"],
+          reference=np.multiply, replace=True)
+def types_multiply(a, b):
+    return a * b
+
+
+@gf.ufunc(signatures=["complex128(complex128, complex128)"], replace=True,
+          reference=lambda z, c: z * z + c)
+def types_zsq(z, c):
+    return z * z + c
+
+
+@gf.ufunc(signatures=["boolean(int64, int64)", "boolean(float64, float64)"], reference=np.less,
+          replace=True)
+def types_less(a, b):
+    return a < b
+
+
+@gf.ufunc(signatures=["float64(float64, int32)"], reference=np.multiply, replace=True)
+def types_scale(x, n):
+    return x * n
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("kernel", [types_add, types_floor_divide, types_multiply, types_zsq,
+                                    types_less, types_scale], ids=lambda k: k.__name__)
+def test_kernel_agrees_with_numpy_on_its_own_dtypes(kernel, target):
+    check_kernel(kernel, targets=[target], max_examples=15 if SIMULATED else 40)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_integer_arithmetic_wraps_as_numpy_does(target):
+    big = np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(types_add(big, big, target=target), big + big)
+    small = np.array([127, -128], np.int8)
+    assert types_add(small, small, target=target).dtype == np.int8
+    assert np.array_equal(types_add(small, small, target=target), small + small)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_integer_division_by_zero_gives_zero(target):
+    a, b = np.array([7, -7, 5, 0]), np.array([2, 2, 0, 0])
+    with np.errstate(divide="ignore"):
+        want = np.floor_divide(a, b)
+    assert np.array_equal(types_floor_divide(a, b, target=target), want)
+    assert want.tolist() == [3, -4, 0, 0]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("args", "dtype"), [
+    ((np.ones(3, np.int8), 1), np.int8),  # a weak Python int keeps the array's type
+    ((np.ones(3, np.int16), np.ones(3, np.uint8)), np.int16),
+    ((np.ones(3, np.int8), 1.5), np.float64),  # a float above the arrays' kind: float64, strong
+    ((np.ones(3, np.uint64), np.ones(3, np.int64)), np.float64),  # NumPy's answer too
+    ((np.ones(3, np.float32), 2), np.float32),
+    ((1, 2), np.int64),
+])
+def test_loop_selection_matches_numpy(args, dtype, target):
+    result = types_add(*args, target=target)
+    assert result.dtype == dtype == np.add(*args).dtype
+    assert np.array_equal(result, np.add(*args))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_python_ints_that_do_not_fit_raise_numpys_overflow_error(target):
+    x = np.ones(3, np.int8)
+    with pytest.raises(OverflowError, match="Python integer 300 out of bounds for int8"):
+        types_add(x, 300, target=target)
+    with pytest.raises(OverflowError):
+        np.add(x, 300)
+    assert np.array_equal(types_add(x, 100, target=target), x + 100)  # the same call, in range
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_complex_values_and_scalars(target):
+    z = np.array([1 + 2j, np.inf + 0j, complex(np.nan, 1), -0.0 - 1j], np.complex64)
+    got = types_multiply(z, 1j, target=target)
+    want = np.multiply(z, 1j)
+    assert got.dtype == want.dtype == np.complex64
+    assert np.array_equal(got, want, equal_nan=True)
+    with pytest.raises(TypeError, match=r"types_scale: no loop for inputs \(complex128, int32\)"):
+        types_scale(z.astype(np.complex128), np.ones(4, np.int32), target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bool_results_and_out(target):
+    a, b = np.array([1.0, np.nan, 3.0]), np.array([2.0, 2.0, 2.0])
+    assert types_less(a, b, target=target).tolist() == [True, False, False]
+    out = np.ones(3, np.int64)  # bool results cast into an integer out=, as NumPy's
+    types_less(a, b, out=out, target=target)
+    assert out.tolist() == [1, 0, 0]
+    with pytest.raises(TypeError, match="cannot cast the bool result"):
+        types_less(a, b, out=np.empty(3, np.int8), casting="no", target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_mixed_loop_reads_each_input_as_its_own_type(target):
+    x, n = np.array([0.5, 1.5, -2.0]), np.array([3, -1, 7], np.int32)
+    got = types_scale(x, n, target=target)
+    assert got.dtype == np.float64 and np.array_equal(got, x * n)
+    assert np.array_equal(types_scale(x, 4, target=target), x * 4)
+    strided = np.arange(12, dtype=np.int32)[::3]
+    assert np.array_equal(types_scale(1.5, strided, target=target), 1.5 * strided)
+
+
+def test_types_lists_every_loop_in_selection_order():
+    assert types_add.types[:8] == ["bb->b", "BB->B", "hh->h", "HH->H", "ii->i", "II->I", "ll->l", "LL->L"]
+    assert types_add.types[8:] == ["ee->e", "ff->f", "dd->d"]
+    assert types_less.types == ["ll->?", "dd->?"]
