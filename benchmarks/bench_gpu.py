@@ -362,7 +362,7 @@ def gpu_steps(selected: list[Case], timer: Timer, quick: bool = False, targets_o
 def small_steps(timer: Timer) -> list[Step]:
     """The small-call table as one step (none when its kernel is not registered)."""
     name = SMALL[0]
-    if name not in gf.names():
+    if name not in gf.registry:
         return []
     ek = cupy_kernels(cases([name]))[name]
     return [(f"gpu small calls {name}", lambda: small_calls(timer, ek))]

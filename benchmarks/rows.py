@@ -64,7 +64,7 @@ def load_tables(name: str, directory: Path) -> tuple[dict[str, Any], dict[str, l
 
 def _nbytes(kernel: str, n: int, dtype: str) -> int | None:
     """Bytes read plus written by one call, from the kernel's declaration (if any)."""
-    if kernel not in gf.names() or gf.registry[kernel].spec.benchmark is None:
+    if kernel not in gf.registry or gf.registry[kernel].spec.benchmark is None:
         return None
     spec = gf.registry[kernel].spec
     return n * spec.benchmark.bytes_per_sample(np.dtype(dtype).itemsize, spec.nout)
@@ -72,7 +72,7 @@ def _nbytes(kernel: str, n: int, dtype: str) -> int | None:
 
 def _outputs(kernel: str, n: int) -> int:
     """Output elements written by a call on ``n`` samples (``n`` without a declaration)."""
-    spec = gf.registry[kernel].spec if kernel in gf.names() else None
+    spec = gf.registry[kernel].spec if kernel in gf.registry else None
     return n * (spec.benchmark.outputs_per_sample(spec.nout) if spec and spec.benchmark else 1)
 
 

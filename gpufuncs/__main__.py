@@ -245,9 +245,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="print one JSON object (environment, kernels, check rows, timings) instead "
                              "of the tables")
     opts = parser.parse_args(argv)
-    unknown = [k for k in opts.kernels or () if k not in gf.registry]
-    if unknown:
-        parser.error(f"unknown kernels {unknown}; registered: {', '.join(gf.names())}")
+    for name in opts.kernels or ():
+        try:
+            gf.registry[name]
+        except KeyError as exc:  # unknown, or a short name that several kernels share
+            parser.error(f"--kernels: {exc.args[0]}")
     for target in opts.targets or ():
         if target not in ("cpu", "parallel", "cuda"):
             parser.error(f"unknown target {target!r}; targets: cpu, parallel, cuda")

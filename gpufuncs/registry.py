@@ -8,6 +8,7 @@ import pickle
 import threading
 import uuid
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -28,10 +29,21 @@ from .targets import get_target
 
 
 class Registry(Mapping[str, Kernel]):
-    """Kernels by name: ``registry["gaussian"]`` is the public callable ``gpufuncs.gaussian``."""
+    """The registered kernels, by full name or by short name.
+
+    Each kernel is kept under its full name (:attr:`Kernel.full_name`: the module and qualified
+    name of its definition, ``"gpufuncs.kernels.gaussian.gaussian"``, ``"__main__.act"``), so
+    two modules may each define a kernel ``act``. ``registry[name]`` takes a full name, or a
+    short name (``__name__``) while exactly one registered kernel has it: ``registry["gaussian"]``
+    is ``gpufuncs.gaussian``. A short name that several kernels share raises ``KeyError``
+    listing their full names.
+
+    Iterating yields one key per kernel, sorted by short name: its short name where no other
+    registered kernel has it, else its full name. :func:`gpufuncs.names` lists the same keys.
+    """
 
     def __init__(self) -> None:
-        self._kernels: dict[str, Kernel] = {}
+        self._kernels: dict[str, Kernel] = {}  # by full name
         self._lock = threading.Lock()
         # Kernels pickled by value, by a token that identifies them across processes; kept
         # alive, as registered kernels are, so that a worker compiles each once.
@@ -39,14 +51,25 @@ class Registry(Mapping[str, Kernel]):
         self._by_token: dict[str, Kernel] = {}
 
     def __getitem__(self, name: str) -> Kernel:
-        try:
-            return self._kernels[name]
-        except KeyError:
-            raise KeyError(f"unknown kernel {name!r}; registered kernels: "
-                           f"{', '.join(sorted(self._kernels))}") from None
+        found = self._kernels.get(name)
+        if found is not None:
+            return found
+        named = self._named(name)
+        if len(named) == 1:
+            return self._kernels[named[0]]
+        if named:
+            raise KeyError(f"kernel name {name!r} is ambiguous: {len(named)} registered kernels have "
+                           f"it ({', '.join(named)}); ask for one by its full name")
+        raise KeyError(f"unknown kernel {name!r}; registered kernels: {', '.join(self)}")
+
+    def _named(self, name: str) -> list[str]:
+        """The full names of the registered kernels whose short name is ``name``, sorted."""
+        return sorted(full for full, kernel in list(self._kernels.items()) if kernel.__name__ == name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._kernels))
+        kernels = sorted((kernel.__name__, full) for full, kernel in list(self._kernels.items()))
+        shared = Counter(short for short, _ in kernels)
+        return iter([full if shared[short] > 1 else short for short, full in kernels])
 
     def __len__(self) -> int:
         return len(self._kernels)
@@ -55,18 +78,19 @@ class Registry(Mapping[str, Kernel]):
         return f"<gpufuncs registry of {len(self)} kernels: {', '.join(self)}>"
 
     def register(self, kernel: Kernel, replace: bool = False) -> Kernel:
-        """Add ``kernel`` under its name.
+        """Add ``kernel`` under its full name.
 
-        A name already taken needs ``replace=True``, except by the same definition run again
-        (the same module and qualified name: a notebook cell re-run, a module reloaded), which
-        replaces the old kernel and its compiled code.
+        A kernel of the same full name is replaced, its compiled code with it: the same
+        definition run again (a notebook cell re-run, a module reloaded, a function that makes
+        a kernel called again). Kernels of other full names stay, even with the same short
+        name, unless ``replace=True``: then they leave the registry (their callables keep
+        working), so that this kernel's short name finds it.
         """
         with self._lock:
-            existing = self._kernels.get(kernel.__name__)
-            if existing is not None and not replace and not _same_definition(existing, kernel):
-                raise KeyError(f"a kernel named {kernel.__name__!r} is already registered "
-                               f"(from {_origin(existing)}); pass replace=True to replace it")
-            self._kernels[kernel.__name__] = kernel
+            if replace:
+                for full in self._named(kernel.__name__):
+                    del self._kernels[full]
+            self._kernels[kernel.full_name] = kernel
             kernel.registry = self
         return kernel
 
@@ -79,23 +103,29 @@ class Registry(Mapping[str, Kernel]):
 
         By value where cloudpickle is installed (as with Dask): its declaration, scalar function
         included, so that a process that never defined it (a Dask worker) gets it. Else by
-        name, found in the receiver's registry.
+        full name, found in the receiver's registry; a kernel that a newer one of its full
+        name replaced here cannot be pickled so (it would unpickle as the newer one).
         """
         try:
             import cloudpickle
         except ImportError:
-            return operator.getitem, (self, kernel.__name__)
+            if self._kernels.get(kernel.full_name) is not kernel:
+                raise pickle.PicklingError(
+                    f"kernel {kernel.full_name!r} is no longer the registered kernel of that name "
+                    "(a newer definition replaced it), so it cannot be pickled by name; install "
+                    "cloudpickle to pickle it by value") from None
+            return operator.getitem, (self, kernel.full_name)
         with self._lock:
             token = self._tokens.get(kernel)
             if token is None:
                 token = self._tokens[kernel] = uuid.uuid4().hex
                 self._by_token[token] = kernel
-        return self.unpickle, (kernel.__name__, token, cloudpickle.dumps(kernel.spec))
+        return self.unpickle, (kernel.full_name, token, cloudpickle.dumps(kernel.spec))
 
     def unpickle(self, name: str, token: str, declaration: bytes) -> Kernel:
         """The kernel that :meth:`reduce` pickled: one object per process, compiled once.
 
-        It is registered under its name unless that name is taken here by another kernel.
+        It is registered under its full name ``name`` unless another kernel has it here.
         """
         with self._lock:
             found = self._by_token.get(token)
@@ -109,26 +139,19 @@ class Registry(Mapping[str, Kernel]):
         return kernel
 
 
-def _origin(kernel: Kernel) -> str:
-    func = kernel.spec.pyfunc
-    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
-
-
-def _same_definition(old: Kernel, new: Kernel) -> bool:
-    return _origin(old) == _origin(new) and "<locals>" not in _origin(new)
-
-
 #: The process-wide registry.
 registry = Registry()
 
 
 def get_kernel(name: str) -> Kernel:
-    """The public callable registered as ``name`` (``KeyError`` listing the names if unknown)."""
+    """The public callable registered as ``name``, a full or unambiguous short name (see
+    :class:`Registry`; ``KeyError`` listing the names if unknown or ambiguous)."""
     return registry[name]
 
 
 def get(name: str, target: str = "cpu") -> Any:
-    """The compiled Numba object of kernel ``name`` for ``target``, compiling it if needed.
+    """The compiled Numba object of kernel ``name`` (a full or unambiguous short name) for
+    ``target``, compiling it if needed.
 
     For ``cpu`` this is a ``DUFunc`` (or ``GUFunc``), for ``parallel`` a :class:`numpy.ufunc`,
     for ``cuda`` Numba's CUDA ufunc object.
@@ -138,7 +161,8 @@ def get(name: str, target: str = "cpu") -> Any:
 
 
 def names() -> list[str]:
-    """Names of all registered kernels, sorted."""
+    """One name per registered kernel, sorted by short name: its short name where unique,
+    else its full name (``"__main__.act"``), as iterating :class:`Registry` gives them."""
     return list(registry)
 
 
@@ -227,7 +251,9 @@ def ufunc(
         :func:`gpufuncs.testing.check_kernel` checks every target against the kernel run as
         plain Python.
     name : str, optional
-        Registry name; defaults to the function's name.
+        The kernel's short name (``__name__``), without dots; defaults to the function's. It
+        renames the function in its scope: the full name, the registry's key, is the module
+        and qualified name with this as its last part.
     tolerances : mapping, optional
         Per-dtype :class:`~gpufuncs.Tolerance` (or a plain rtol); default five epsilons.
     doc : str, optional
@@ -237,7 +263,9 @@ def ufunc(
     domains : mapping, optional
         ``{argument: (low, high)}`` where an input is meaningful, for generated test inputs.
     replace : bool
-        Replace an already registered kernel of the same name.
+        Also take the short name over: registered kernels of other full names with this short
+        name leave the registry. A kernel of the same full name (a cell run again, a
+        function that makes kernels called again) is replaced in any case.
     benchmark : Benchmark, optional
         What ``python -m benchmarks`` compares the kernel with (its NumPy/SciPy expression, its
         CuPy formula) and calls it with; the library itself never needs it.

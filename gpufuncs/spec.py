@@ -314,7 +314,7 @@ class KernelSpec:
     Attributes
     ----------
     name : str
-        Registry name and ``__name__`` of the public callable.
+        Short name: ``__name__`` of the public callable (the function's, or ``name=``).
     pyfunc : callable
         The scalar Python function (``math`` only). For gufuncs it receives the output arrays as
         trailing arguments and writes into them.
@@ -358,6 +358,17 @@ class KernelSpec:
             raise KernelDefinitionError(
                 f"kernel {self.name!r} takes no inputs; a kernel needs at least one input "
                 "(pass a dummy input, or fill an array with numpy.full)")
+        if "." in self.name:  # the registry tells short names from full names by the dot
+            raise KernelDefinitionError(f"kernel {self.name!r}: a kernel's name cannot contain '.'")
+
+    @property
+    def full_name(self) -> str:
+        """``module.qualname`` of the definition, its last part the kernel's name (``name=``
+        renames the function in its scope): ``"gpufuncs.kernels.exp.exp"``, ``"__main__.act"``,
+        ``"mod.make.<locals>.act"``. The registry's key."""
+        module = getattr(self.pyfunc, "__module__", None) or "?"
+        scope = getattr(self.pyfunc, "__qualname__", "").rpartition(".")[0]
+        return ".".join(part for part in (module, scope, self.name) if part)
 
     @property
     def is_gufunc(self) -> bool:

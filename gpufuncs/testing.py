@@ -773,7 +773,7 @@ def _property(kernel: Kernel, dtype: np.dtype, targets: tuple[str, ...], max_exa
     # Distinguish each kernel/dtype/targets run in Hypothesis' example database and seeds
     # (they share one source); the same hook Hypothesis' own stateful tests use.
     check.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
-        f"{kernel.__name__}/{dtype}/{','.join(targets)}".encode())
+        f"{kernel.full_name}/{dtype}/{','.join(targets)}".encode())
     return check
 
 

@@ -466,20 +466,6 @@ def test_unknown_kernel_lists_the_names():
         gf.get("nope")
 
 
-def test_reregistering_needs_replace(restore_registry):
-    def twice(x):
-        return x + x
-
-    first = gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: 2 * x,
-                     name="dispatch_twice")(twice)
-    with pytest.raises(KeyError, match=r"'dispatch_twice' is already registered.*replace=True"):
-        gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: 2 * x, name="dispatch_twice")(twice)
-    assert gf.registry["dispatch_twice"] is first
-    second = gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: 2 * x,
-                      name="dispatch_twice", replace=True)(twice)
-    assert gf.registry["dispatch_twice"] is second is not first
-
-
 @pytest.mark.parametrize("target", HOST)
 def test_uncompilable_kernel_names_kernel_and_target(target, restore_registry):
     def broken(x):

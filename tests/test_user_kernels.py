@@ -163,30 +163,6 @@ def test_compare_returns_the_largest_errors():
     assert found.points == 2 and found.max_ulp <= 1 and found.kernel == "user_hypot"
 
 
-_CELL = """
-import gpufuncs as gf
-
-@gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: {k} * x, name="cell_scaled")
-def scaled(x):
-    return {k} * x
-"""
-
-
-def test_rerunning_a_notebook_cell_replaces_its_kernel(restore_registry):
-    namespace: dict = {"__name__": "__main__"}
-    exec(compile(_CELL.format(k=2), "<cell>", "exec"), namespace)
-    first = gf.registry["cell_scaled"]
-    assert first(np.float64(1.5)) == 3.0
-    exec(compile(_CELL.format(k=3), "<cell>", "exec"), namespace)  # the same cell, edited
-    assert gf.registry["cell_scaled"] is not first and gf.registry["cell_scaled"](np.float64(1.5)) == 4.5
-
-    def other(x):  # another function under the taken name still needs replace=True
-        return x
-
-    with pytest.raises(KeyError, match=r"'cell_scaled' is already registered \(from __main__\.scaled\)"):
-        gf.ufunc(signatures=gf.float_signatures(1), reference=None, name="cell_scaled")(other)
-
-
 def test_registry_repr_lists_the_kernels():
     assert repr(gf.registry) == f"<gpufuncs registry of {len(gf.names())} kernels: {', '.join(gf.names())}>"
 

@@ -228,6 +228,12 @@ class Kernel:
         dims = spec.layout.output_only_dims if spec.layout else ()
         self._sizes = slice(spec.nin, spec.nin + len(dims)) if dims else None
 
+    @property
+    def full_name(self) -> str:
+        """The registry's key: module and qualified name of the definition, the last part the
+        kernel's ``__name__`` (``"gpufuncs.kernels.exp.exp"``, ``"__main__.act"``)."""
+        return self.spec.full_name
+
     # -- what code written for np.ufunc reads ---------------------------------------------
     @property
     def nin(self) -> int:
@@ -275,7 +281,7 @@ class Kernel:
                 and getattr(module, self.__qualname__, None) is self):
             return self.__qualname__
         if self.registry is None:
-            raise TypeError(f"kernel {self.__name__!r} is not registered and cannot be pickled")
+            raise TypeError(f"kernel {self.full_name!r} is not registered and cannot be pickled")
         return self.registry.reduce(self)
 
     # -- compilation ------------------------------------------------------------------------

@@ -15,12 +15,12 @@ for _module in pkgutil.iter_modules(__path__):
 
 
 def builtin_names() -> list[str]:
-    """Names of the registered kernels defined in this package (not a user's), sorted.
+    """Names of the registered kernels defined in this package (not a user's).
 
     Returns
     -------
     list of str
-        As :func:`gpufuncs.names`, restricted to the built-in kernels.
+        As :func:`gpufuncs.names` gives them (a short name, or the full name where a user's
+        kernel has the same short name), restricted to the built-in kernels.
     """
-    return sorted(name for name in registry
-                  if registry[name].spec.pyfunc.__module__.startswith(f"{__name__}."))
+    return [name for name in registry if registry[name].full_name.startswith(f"{__name__}.")]
