@@ -189,7 +189,7 @@ def test_elementwise_kernels_refuse_them_as_numpy_ufuncs_do():
     x = np.ones((2, 3))
     for keywords in ({"axes": [0, 0]}, {"axis": 0}, {"axis": None}, {"keepdims": False}):
         name = next(iter(keywords))
-        with pytest.raises(TypeError, match=rf"np\.exp|unexpected keyword argument '{name}'"):
+        with pytest.raises(TypeError, match=rf"unexpected keyword argument '{name}'"):
             np.exp(x, **keywords)
         with pytest.raises(TypeError, match=rf"^exp\(\) got unsupported keyword argument\(s\): {name}$"):
             gf.exp(x, **keywords)
