@@ -84,6 +84,9 @@ CASES = {
     "cumsum axis": (cumsum, umt.cumsum, (A,), {"axis": 0}),
     "cumsum axis last": (cumsum, umt.cumsum, (A,), {"axis": -1}),
     "cumsum fortran": (cumsum, umt.cumsum, (np.asfortranarray(A),), {"axis": 1}),
+    "cumsum order F": (cumsum, umt.cumsum, (A,), {"axes": [0, 2], "order": "F"}),
+    "matmul order F": (matmul, umt.matrix_multiply, (M1, M2),
+                       {"axes": [(0, 2), (1, 0), (0, 2)], "order": "F"}),
     "matmul axes": (matmul, umt.matrix_multiply, (M1, M2), {"axes": [(0, 2), (1, 0), (1, 0)]}),
     "matmul axes output first": (matmul, umt.matrix_multiply, (M1, M2), {"axes": [(0, 2), (1, 0), (0, 2)]}),
 }
