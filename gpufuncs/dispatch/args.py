@@ -81,6 +81,9 @@ def arg_key(obj: Any) -> Any:
 
 #: Keywords whose value is a runtime value, keyed by type only.
 _RUNTIME_KEYWORDS = ("stream",)
+#: Keywords keyed by value and type, item by item: NumPy refuses ``keepdims=1`` and ``axes=``
+#: given as a tuple, which equal ``True`` and the list it accepts.
+_TYPED_KEYWORDS = ("axes", "axis", "keepdims")
 
 
 class _Absent:
@@ -111,7 +114,8 @@ def keywords_key(key: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...
     Hashable for a call whose resolution can be reused; otherwise looking it up raises
     ``TypeError`` (see :data:`UNKEYABLE`). Keywords are keyed by name and value, except the
     operands ``out`` and ``where`` (keyed like arguments; a Python bool ``where`` by value)
-    and runtime values such as ``stream`` (by type only: any stream resolves the same way).
+    and runtime values such as ``stream`` (by type only: any stream resolves the same way);
+    a gufunc's ``axes``, ``axis`` and ``keepdims`` by value and the type of every item.
     ``Kernel.__call__`` keys one ``out=`` array, alone or with a ``where=`` array, itself, to
     the same key as this would give.
     """
@@ -123,9 +127,18 @@ def keywords_key(key: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...
             extra += (name, value if type(value) is bool else arg_key(value))
         elif name in _RUNTIME_KEYWORDS:
             extra += (name, type(value))
+        elif name in _TYPED_KEYWORDS:
+            extra += (name, _typed(value))
         else:
             extra += (name, value)
     return key + tuple(extra)
+
+
+def _typed(value: Any) -> Any:
+    """``value`` keyed with the type of each item (unhashable where an item is)."""
+    if type(value) is list or type(value) is tuple:
+        return (type(value), *map(_typed, value))
+    return (type(value), value)
 
 
 def describe(obj: Any) -> Arg | None:

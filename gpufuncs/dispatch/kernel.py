@@ -33,7 +33,7 @@ from ..targets import (
     auto_host_target,
     get_target,
 )
-from . import methods
+from . import axes, methods
 from .args import (
     ABSENT,
     WEAK_SCALARS,
@@ -355,6 +355,8 @@ class Kernel:
 
     def _resolve(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Any) -> Any:
         spec = self.spec
+        if spec.layout is not None and axes.given(kwargs):  # (elementwise: refused by parse_call)
+            return self._resolve_axes(args, kwargs, key)
         call = parse_call(spec, args, kwargs, TARGET_OPTIONS)
         overridden = self._override(call)
         if overridden is not None:
@@ -378,12 +380,27 @@ class Kernel:
             executor = get_target(target).prepare(spec, self.compiled(target), ops.plan)
         resolved = ResolvedCall(self, call, ops, target, executor,
                                 where is not None and mask is not call.where, fresh)
+        return self._keep(key, call.target, resolved)
+
+    def _keep(self, key: Any, target: str, resolved: Any) -> Any:
         if key is not None:
-            table = self._resolved[call.target]
+            table = self._resolved[target]
             if len(table) >= RESOLVED_CACHE_SIZE:
                 table.clear()
             table[key] = resolved
         return resolved
+
+    def _resolve_axes(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Any) -> Any:
+        """A gufunc call with ``axes=``, ``axis=`` or ``keepdims=``: the call of permuted views
+        (see :mod:`.axes`), or handed to an override with those keywords."""
+        keywords, rest = axes.split(self.spec, kwargs)
+        call = parse_call(self.spec, args, rest, TARGET_OPTIONS)
+        overridden = self._override(call, keywords)
+        if overridden is not None:
+            return overridden
+        resolved = axes.AxesCall(self.spec, call, args, rest, keywords,
+                                 lambda *inner: self._resolve(*inner, None))
+        return self._keep(key, call.target, resolved)
 
     def _choose_target(self, call: Call, plan: Plan) -> tuple[str, Callable | None]:
         """The target, and its executor where the choice made one: ``auto`` on the host may
@@ -405,8 +422,9 @@ class Kernel:
                              f"only, not {target!r}")
         return target, executor
 
-    def _override(self, call: Call) -> Callable[..., Any] | None:
-        """A call that defers to an argument's ``__array_ufunc__`` (Dask, xarray, ...), if any."""
+    def _override(self, call: Call, keywords: dict[str, Any] | None = None) -> Callable[..., Any] | None:
+        """A call that defers to an argument's ``__array_ufunc__`` (Dask, xarray, ...), if any,
+        with ``keywords`` (a gufunc's ``axes=``...) passed on as they are."""
         candidates = overriding(self.__name__, [*call.inputs, *(call.outs or ())])
         if not candidates:
             return None
@@ -415,7 +433,7 @@ class Kernel:
         refuse_target(self.__name__, call.target, candidates[0])
         self._check_deferred_dtypes(call)
         refuse_lazy_out(self.__name__, call.outs)
-        given = {k: getattr(call, k) for k in _given(call)}
+        given = {k: getattr(call, k) for k in _given(call)} | (keywords or {})
         if call.outs is not None:
             given["out"] = call.outs
         ufunc_like: Any = self if not call.sizes else SizedKernel(self, tuple(call.sizes.values()))

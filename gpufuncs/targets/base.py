@@ -390,3 +390,9 @@ class DeviceArrays:
     def always_writable(self, cls: type) -> bool:
         """Whether every array of ``cls`` may be written (then :meth:`writable` is not asked)."""
         return False
+
+    def view(self, obj: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+        """A view of ``obj``'s memory from the same first element, with ``shape`` and byte
+        ``strides`` (a gufunc's ``axes=``: its operands transposed): an array of the same kind
+        where its library makes views, never a copy (``TypeError`` where none can be made)."""
+        raise TypeError(f"{type(obj).__name__} arrays cannot be viewed with other axes")

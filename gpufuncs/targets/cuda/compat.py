@@ -66,6 +66,11 @@ def sim_pointer(obj: Any) -> int:
     return obj._ary.ctypes.data
 
 
+def sim_view(obj: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+    """A simulator device array over ``obj``'s memory, with another shape and byte strides."""
+    return sim_array(np.lib.stride_tricks.as_strided(obj._ary, shape, strides))
+
+
 def is_sim_array(cls: type) -> bool:
     return cls.__name__ == "FakeCUDAArray"
 

@@ -167,3 +167,8 @@ class CudaArrays(DeviceArrays):
         # writable: reading their interface (a new dict each time) would be the costliest step
         # of a small ``out=`` call.
         return library_of(cls) in ("cupy", "torch") or bool(getattr(cls, "__cuda_ndarray__", False))
+
+    def view(self, obj: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+        from .views import strided_view  # (imports the array libraries' modules)
+
+        return strided_view(obj, shape, strides)
