@@ -26,8 +26,9 @@ def _vector_ir(kernel: gf.Kernel, dtype: type, *args: object) -> str:
     """The optimized LLVM IR of the flat loop that ``kernel(*args)`` runs on cpu, compiled
     afresh (a loop loaded from the disk cache carries no IR)."""
     compiled = kernel.compiled("cpu")
-    compiled.loops(np.dtype(dtype))  # the scalar function, marked for inlining
-    loop = loops.ufunc_loops(compiled.scalar(), np.dtype(dtype).type, None)[0]
+    declared = kernel.spec.loop_for(np.dtype(dtype))
+    compiled.loops(declared)  # the scalar function, marked for inlining
+    loop = loops.ufunc_loops(compiled.scalar(), tuple(d.type for d in declared.inputs), None)[0]
     loop(np.empty(np.shape(args[0]), dtype), *args)
     return loop.inspect_llvm(loop.signatures[0])
 
@@ -72,11 +73,11 @@ def test_small_calls_take_the_loop_with_llvms_own_vector_width(restore_registry)
     large = np.linspace(-30, 30, 4 * loops.WIDE_MIN)
     compiled = kernel.compiled("cpu")
     small = kernel(large[:10], target="cpu")
-    f64 = np.dtype(np.float64)
+    f64 = "float64(float64)"
     assert set(compiled._loops) == {(f64, False)}
     np.testing.assert_array_equal(kernel(large, target="cpu")[:10], small)
     assert set(compiled._loops) == {(f64, False), (f64, True)}
-    narrow = loops.ufunc_loops(compiled.scalar(), np.float64, None, wide=False)[0]  # not from the disk cache
+    narrow = loops.ufunc_loops(compiled.scalar(), (np.float64,), None, wide=False)[0]  # not from the disk cache
     narrow(np.empty(10), large[:10])
 
     @numba.njit

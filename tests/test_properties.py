@@ -95,7 +95,7 @@ _SCALE = 2.0
 
 
 def test_kernel_without_reference_is_checked_against_itself_run_in_python(restore_registry):
-    @gf.ufunc(signatures=["float64(float64)", "int64(int64)"], name="props_no_reference")
+    @gf.ufunc(signatures=["int64(int64)", "float64(float64)"], name="props_no_reference")
     def props_no_reference(x):
         return x * 2 + 1
 

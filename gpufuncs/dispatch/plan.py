@@ -162,6 +162,13 @@ def weak_scalars(dtypes: list[Any]) -> bool:
     return bool(arrays) and max(arrays) >= max(scalars, default=-1)
 
 
+def checked_weak(dtypes: list[Any]) -> bool:
+    """Whether Python scalars are weak where a loop is given (``dtype=``) and where the casts
+    into the selected loop are checked: beside other inputs, under every casting rule; a lone
+    input is checked as its default dtype, as NumPy does (see docs/semantics.md)."""
+    return len(dtypes) > 1
+
+
 def operand_dtype(dtype: Any, weak: bool) -> Any:
     """The dtype an input casts from: its own, a Python type where it is weak, else the Python
     type's default dtype (see :func:`weak_scalars`)."""
@@ -192,9 +199,9 @@ def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any, casting: s
     whose outputs are of that dtype. float16 loops (see :func:`gpufuncs.spec.half_loops`) are
     candidates only for calls with a float16 input: NumPy would compute an int8 in float16.
     ``TypeError`` when there is none (longdouble has none, as in any ufunc without one)."""
-    weak = weak_scalars(dtypes)
-    dtypes = [operand_dtype(d, weak) for d in dtypes]
     wanted = None if requested is None else _requested(spec, requested)
+    weak = weak_scalars(dtypes) if wanted is None else checked_weak(dtypes)
+    dtypes = [operand_dtype(d, weak) for d in dtypes]
     half = wanted == HALF or any(d == HALF for d in dtypes if not isinstance(d, type))
     candidates = [lp for lp in spec.selectable if half or lp.runs is None]
     strict = casting if casting in ("no", "equiv") else "safe"
@@ -231,7 +238,7 @@ def check_casting(spec: KernelSpec, dtypes: list[Any], loop: Loop, out_dtypes: l
     its ``out=`` (``None``: allocated) breaks ``casting``."""
     if casting not in CASTINGS:
         raise ValueError(f"{spec.name}: casting must be one of {CASTINGS}, got {casting!r}")
-    weak = weak_scalars(dtypes)
+    weak = checked_weak(dtypes)
     for i, (dt, to) in enumerate(zip(dtypes, loop.inputs)):
         dt = operand_dtype(dt, weak)
         if not can_cast_input(dt, to, casting):

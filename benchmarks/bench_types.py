@@ -1,0 +1,129 @@
+"""Integer and complex kernels against NumPy (host) and CuPy's ``ElementwiseKernel`` (GPU).
+
+``python -m benchmarks.bench_types`` times, at each n, an int64 kernel ``a * b + c`` and a
+complex128 kernel ``z * z + c`` (every operand an array of n elements):
+
+* on the host, the call with ``target="auto"`` (and ``cpu``, ``parallel``) against the same
+  NumPy expression, interleaved (:func:`harness.measure_pair`); saved as ``results/types.*``
+  (``--name`` to change it: ``types-16core``);
+* with ``--gpu``, on CuPy arrays, against a CuPy ``ElementwiseKernel`` of the same formula, one
+  call followed by a synchronize and a pipeline of calls then one synchronize (both interleaved
+  with CuPy's); saved as ``results/types-<gpu>.*``.
+
+Ratios are gpufuncs' time over the reference's: below 1 is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import gpufuncs as gf
+
+from .harness import machine_info, measure_pair, save_results
+
+SIZES = (10**4, 10**6, 10**7)
+#: GPU calls per pipelined repetition (as bench_gpu's).
+PIPELINE = 200
+
+
+@gf.ufunc(signatures=["int64(int64, int64, int64)"], reference=lambda a, b, c: a * b + c,
+          name="bench_int_muladd", replace=True)
+def bench_int_muladd(a, b, c):
+    return a * b + c
+
+
+@gf.ufunc(signatures=["complex128(complex128, complex128)"], reference=lambda z, c: z * z + c,
+          name="bench_complex_square_add", replace=True)
+def bench_complex_square_add(z, c):
+    return z * z + c
+
+
+#: (label, kernel, numpy dtype, NumPy expression, CuPy in_params/out_params/operation).
+CASES: tuple[tuple[str, Any, Any, Callable[..., Any], tuple[str, str, str]], ...] = (
+    ("int64 a*b+c", bench_int_muladd, np.int64, lambda a, b, c: a * b + c,
+     ("int64 a, int64 b, int64 c", "int64 y", "y = a * b + c")),
+    ("complex128 z*z+c", bench_complex_square_add, np.complex128, lambda z, c: z * z + c,
+     ("complex128 z, complex128 c", "complex128 y", "y = z * z + c")),
+)
+
+
+def _inputs(kernel: Any, dtype: Any, n: int, xp: Any = np) -> tuple[Any, ...]:
+    rng = np.random.default_rng(0)
+    if np.dtype(dtype).kind == "c":
+        values = [rng.standard_normal(n) + 1j * rng.standard_normal(n) for _ in range(kernel.nin)]
+    else:
+        values = [rng.integers(-1000, 1000, n) for _ in range(kernel.nin)]
+    return tuple(xp.asarray(v.astype(dtype)) for v in values)
+
+
+def host_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    """gpufuncs on each host target against the NumPy expression."""
+    rows = []
+    for label, kernel, dtype, expression, _ in CASES:
+        for n in sizes:
+            args = _inputs(kernel, dtype, n)
+            assert np.array_equal(kernel(*args), expression(*args))
+            row: dict[str, Any] = {"kernel": label, "n": n}
+            for target in ("auto", "cpu", "parallel"):
+                ours, numpy = measure_pair(lambda t=target: kernel(*args, target=t),
+                                           lambda: expression(*args), repeat=31, inner=None)
+                row[f"{target} us"] = round(ours * 1e6, 1)
+                row[f"{target}/np"] = round(ours / numpy, 3)
+            row["numpy us"] = round(numpy * 1e6, 1)
+            rows.append(row)
+            print(row, file=sys.stderr)
+    return rows
+
+
+def gpu_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    """gpufuncs on CuPy arrays against a CuPy ElementwiseKernel of the same formula."""
+    import cupy as cp
+
+    sync = cp.cuda.get_current_stream().synchronize
+    rows = []
+    for label, kernel, dtype, _, (ins, outs, operation) in CASES:
+        reference = cp.ElementwiseKernel(ins, outs, operation, f"bench_{kernel.__name__}")
+        for n in sizes:
+            args = _inputs(kernel, dtype, n, cp)
+            assert bool(cp.all(kernel(*args) == reference(*args)))
+            each = measure_pair(lambda: kernel(*args), lambda: reference(*args), sync=sync, repeat=201)
+            piped = measure_pair(lambda: kernel(*args), lambda: reference(*args), sync=sync,
+                                 warmup=20, repeat=15, inner=PIPELINE)
+            row = {"kernel": label, "n": n,
+                   "call+sync us": round(each[0] * 1e6, 2), "cupy call+sync us": round(each[1] * 1e6, 2),
+                   "call+sync /cupy": round(each[0] / each[1], 3),
+                   "pipelined us": round(piped[0] * 1e6, 2), "cupy pipelined us": round(piped[1] * 1e6, 2),
+                   "pipelined /cupy": round(piped[0] / piped[1], 3)}
+            rows.append(row)
+            print(row, file=sys.stderr)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the host (default) or GPU comparison and save it under ``benchmarks/results/``."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_types", description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true", help="CuPy arrays against CuPy's ElementwiseKernel")
+    parser.add_argument("--name", help="results file name (default: types, or types-<gpu> with --gpu)")
+    opts = parser.parse_args(argv)
+    if opts.gpu:
+        import cupy as cp
+
+        gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        rows = gpu_rows(SIZES)
+        name = opts.name or "types-" + gpu.lower().replace("nvidia ", "").split()[0]
+        meta = machine_info({"gpu": gpu, "cupy": cp.__version__})
+    else:
+        rows = host_rows(SIZES)
+        name, meta = opts.name or "types", machine_info()
+    path = save_results(name, rows, list(rows[0]), meta)
+    print(path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
