@@ -93,6 +93,17 @@ def test_a_composed_kernel_is_the_hand_written_body_bit_for_bit(kernel, target, 
                          clipped_density_by_hand(x[::3], w[:1], target=target))
 
 
+if not SIMULATED:  # Numba's CUDA ufunc objects do not run on the simulator
+
+    @pytest.mark.cuda
+    def test_numbas_own_cuda_ufunc_of_a_composed_kernel():
+        """``gf.get(name, "cuda")``: Numba's ``@vectorize(target="cuda")`` of the same copy."""
+        x, w = sample(1037, np.float64)
+        with np.errstate(all="ignore"):
+            ours = clipped_density(x, w, target="cuda")
+        np.testing.assert_allclose(gf.get("clipped_density", "cuda")(x, w), ours, rtol=4 * F64_EPS)
+
+
 @pytest.mark.parametrize("target", TARGETS[:2])
 def test_a_composed_kernel_computes_in_its_loops_dtype(target):
     x, w = np.linspace(-3, 3, 100, dtype=np.float32), np.full(100, 2, np.float32)
