@@ -9,7 +9,11 @@ Suites (``--suite``, default ``all``):
 - ``overhead``: the call at n = 10 against the bare Numba ufunc and the NumPy expression;
 - ``gpu``: the cuda target against a device copy, CuPy's ``ElementwiseKernel`` and Numba's CUDA
   ufuncs (:mod:`bench_gpu`); skipped, saying why, without CuPy or a GPU. ``--targets-only``
-  runs just the rows the issues' targets name.
+  runs just the rows the issues' targets name;
+- ``compose`` and ``compose_gpu`` (only when named, not in ``all``): a kernel calling kernels,
+  ``clamp(gaussian(x, 0, 1) * w, 0, 1)``, against the same body written out by hand, on
+  ``cpu``/``parallel`` and on ``cuda`` (:mod:`bench_compose`; saved as
+  ``<name>_compose.*`` and ``gpu-<gpu>_compose.*``).
 
 Kernels come from the registry, each with its ``benchmark=gf.Benchmark(...)`` declaration
 (``--kernels`` picks some; a kernel without a declaration stops the run, naming it). A full run
@@ -34,17 +38,19 @@ from typing import Any
 
 import numpy as np
 
-from . import bench_cpu, bench_gpu, plots, rows
+from . import bench_compose, bench_cpu, bench_gpu, plots, rows
 from .cases import Case, MissingBenchmarkError, cases
 from .harness import Progress, machine_info, save_results
 
 SUITES = ("cpu", "overhead", "gpu")
+#: Suites run only when named.
+EXTRA_SUITES = ("compose", "compose_gpu")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", choices=(*SUITES, "all"), action="append",
+    parser.add_argument("--suite", choices=(*SUITES, *EXTRA_SUITES, "all"), action="append",
                         help="suite to run (repeatable; default: all)")
     parser.add_argument("--quick", action="store_true",
                         help="n up to 10^6, fewer repetitions, no crossover; nothing saved in results/")
@@ -103,6 +109,17 @@ def _plan(opts: argparse.Namespace, selected: list[Case],
             tables["gpu_small"] = bench_gpu.small_steps(timer)
             tables["gpu"] = bench_gpu.gpu_steps(selected, timer, opts.quick, opts.targets_only,
                                                 opts.sizes or bench_gpu.SIZES, dtypes)
+    if "compose" in opts.suites:
+        tables["cpu_compose"] = bench_compose.cpu_steps(opts.sizes or bench_compose.CPU_SIZES, dtypes,
+                                                        opts.quick)
+    if "compose_gpu" in opts.suites:
+        reason = bench_gpu.unavailable()
+        if reason:
+            skipped["compose_gpu"] = reason
+        else:
+            tables["gpu_compose"] = bench_compose.gpu_steps(bench_gpu.Timer(opts.quick),
+                                                            opts.sizes or bench_compose.GPU_SIZES,
+                                                            dtypes, opts.quick)
     return tables
 
 
@@ -125,14 +142,18 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
 def _meta(opts: argparse.Namespace, tables: dict[str, list[dict[str, Any]]], load_before: float,
           skipped: dict[str, str]) -> dict[str, Any]:
     """Machine, versions, date, git commit, GPU (or why none), the verdicts of the suites run."""
-    if "gpu" in tables:
-        meta = bench_gpu.gpu_meta(bench_gpu.targets(tables["gpu"], tables.get("gpu_small", [])))
+    if "gpu" in tables or "gpu_compose" in tables:
+        meta = bench_gpu.gpu_meta(bench_gpu.targets(tables.get("gpu", []), tables.get("gpu_small", []))
+                                  + bench_compose.gpu_verdicts(tables.get("gpu_compose", [])))
     else:
         meta = machine_info({"gpu": None, "gpu skipped": skipped.get("gpu", "not asked for")})
     if "cpu" in tables or "cpu_overhead" in tables:
         meta.update({k: v for k, v in bench_cpu.cpu_meta(
             tables.get("cpu", []), tables.get("cpu_overhead", []), tables.get("cpu_crossover", []),
             load_before, opts.quick).items() if k not in meta or k.startswith("load")})
+    if "cpu_compose" in tables:
+        meta.update({k: v for k, v in bench_compose.cpu_meta(tables["cpu_compose"], load_before).items()
+                     if k not in meta or k.startswith("load")})
     meta["suites"] = [s for s in opts.suites if s not in skipped]
     meta["quick"] = opts.quick
     return meta
@@ -143,7 +164,8 @@ def save(result: dict[str, Any], opts: argparse.Namespace) -> list[Path]:
     meta, tables = result["meta"], result["tables"]
     gpu = f"gpu-{bench_gpu.slug(meta['gpu'])}" if meta.get("gpu") else "gpu"
     names = {"cpu": opts.name, "cpu_overhead": f"{opts.name}_overhead",
-             "cpu_crossover": f"{opts.name}_crossover", "gpu": gpu, "gpu_small": f"{gpu}_small"}
+             "cpu_crossover": f"{opts.name}_crossover", "gpu": gpu, "gpu_small": f"{gpu}_small",
+             "cpu_compose": f"{opts.name}_compose", "gpu_compose": f"{gpu}_compose"}
     return [save_results(names[key], table, list(dict.fromkeys(c for r in table for c in r)), meta)
             for key, table in tables.items()]
 

@@ -16,6 +16,7 @@ Ratios are gpufuncs' time over the reference's: below 1 is faster.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -70,8 +71,8 @@ def host_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
             assert np.array_equal(kernel(*args), expression(*args))
             row: dict[str, Any] = {"kernel": label, "n": n}
             for target in ("auto", "cpu", "parallel"):
-                ours, numpy = measure_pair(lambda t=target: kernel(*args, target=t),
-                                           lambda: expression(*args), repeat=31, inner=None)
+                ours, numpy = measure_pair(functools.partial(kernel, *args, target=target),
+                                           functools.partial(expression, *args), repeat=31, inner=None)
                 row[f"{target} us"] = round(ours * 1e6, 1)
                 row[f"{target}/np"] = round(ours / numpy, 3)
             row["numpy us"] = round(numpy * 1e6, 1)
@@ -91,9 +92,9 @@ def gpu_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
         for n in sizes:
             args = _inputs(kernel, dtype, n, cp)
             assert bool(cp.all(kernel(*args) == reference(*args)))
-            each = measure_pair(lambda: kernel(*args), lambda: reference(*args), sync=sync, repeat=201)
-            piped = measure_pair(lambda: kernel(*args), lambda: reference(*args), sync=sync,
-                                 warmup=20, repeat=15, inner=PIPELINE)
+            ours, theirs = functools.partial(kernel, *args), functools.partial(reference, *args)
+            each = measure_pair(ours, theirs, sync=sync, repeat=201)
+            piped = measure_pair(ours, theirs, sync=sync, warmup=20, repeat=15, inner=PIPELINE)
             row = {"kernel": label, "n": n,
                    "call+sync us": round(each[0] * 1e6, 2), "cupy call+sync us": round(each[1] * 1e6, 2),
                    "call+sync /cupy": round(each[0] / each[1], 3),
@@ -106,7 +107,8 @@ def gpu_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the host (default) or GPU comparison and save it under ``benchmarks/results/``."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_types", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_types",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", action="store_true", help="CuPy arrays against CuPy's ElementwiseKernel")
     parser.add_argument("--name", help="results file name (default: types, or types-<gpu> with --gpu)")
     opts = parser.parse_args(argv)

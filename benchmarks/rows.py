@@ -5,7 +5,7 @@ a column per target; :mod:`figures` reads them). :func:`long_rows` turns them in
 carry one figure with everything it needs to be read alone:
 
 ``suite``
-    ``cpu``, ``overhead``, ``crossover``, ``gpu`` or ``gpu small``.
+    ``cpu``, ``overhead``, ``crossover``, ``gpu``, ``gpu small``, ``compose`` or ``compose gpu``.
 ``kernel``, ``target``, ``dtype``, ``n``, ``outputs``
     ``n`` samples, ``outputs`` elements written (``hermite_norm``: 32 per sample).
 ``data``, ``call``
@@ -143,8 +143,27 @@ def small_rows(table: Iterable[dict[str, Any]], kernel: str = "gaussian",
             for r in table]
 
 
+#: The compose suites' two kernels, by their columns' label (see :mod:`bench_compose`).
+COMPOSE_KERNELS = {"composed": "bench_composed", "by hand": "bench_by_hand"}
+
+
+def compose_rows(table: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``compose`` table: each kernel on each host target, against the NumPy expression."""
+    return [_row("compose", kernel, t, r["dtype"], r["n"], "host", "new", r[f"{label} {t}"] * 1e-6,
+                 x_numpy=_ratio(r[f"{label} {t}"], r.get("numpy")))
+            for r in table for t in ("cpu", "parallel") for label, kernel in COMPOSE_KERNELS.items()]
+
+
+def gpu_compose_rows(table: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``compose_gpu`` table: each kernel on CuPy arrays, call + synchronize and pipelined."""
+    return [_row("compose gpu", kernel, "cuda", r["dtype"], r["n"], "device", "new",
+                 r[f"{label} sync_us"] * 1e-6, r[f"{label} pipe_us"] * 1e-6)
+            for r in table for label, kernel in COMPOSE_KERNELS.items()]
+
+
 CONVERTERS = {"cpu": cpu_rows, "cpu_overhead": overhead_rows, "cpu_crossover": crossover_rows,
-              "gpu": gpu_rows, "gpu_small": small_rows}
+              "gpu": gpu_rows, "gpu_small": small_rows, "cpu_compose": compose_rows,
+              "gpu_compose": gpu_compose_rows}
 
 
 def long_rows(tables: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -422,6 +422,19 @@ class KernelSpec:
         return hashlib.sha256(source + self.pyfunc.__qualname__.encode()).hexdigest()
 
 
+def kernel_spec(value: Any) -> KernelSpec | None:
+    """The :class:`KernelSpec` of a gpufuncs kernel object (``gpufuncs.clamp``), else ``None``.
+
+    Targets and caches meet kernels as values a scalar function reads (a kernel calling
+    another); they import nothing from dispatch, so a kernel is known by the spec it carries.
+    """
+    try:
+        spec = getattr(value, "spec", None)
+    except Exception:  # an object whose attribute lookup fails in its own way
+        return None
+    return spec if isinstance(spec, KernelSpec) else None
+
+
 def _identity(x):
     return x
 

@@ -20,6 +20,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))  # the benchmarks package lives beside gpufuncs, not in it
 
 from benchmarks import bench_cpu, bench_gpu, cases, figures, rows  # noqa: E402
+from benchmarks.__main__ import parse  # noqa: E402
 
 pytestmark = pytest.mark.slow  # subprocesses and threads: run by .ci/run after the quick suite
 
@@ -147,6 +148,27 @@ def test_gpu_suite_plans_from_the_registry_without_cupy():
     assert max(n for _, _, n, _ in full) == 10**7  # 32 orders: the output limit
     if bench_gpu.cp is None:
         assert "CuPy is not installed" in bench_gpu.unavailable()
+
+
+def test_the_compose_suites_run_when_named_and_give_one_row_per_kernel_and_target(tmp_path):
+    assert "compose" not in parse([]).suites and "compose" not in parse(["--suite", "all"]).suites
+    before = {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()}
+    command = [sys.executable, "-m", "benchmarks", "--suite", "compose", "--suite", "compose_gpu", "--quick",
+               "--sizes", "1e4", "--dtypes", "float64", "--json", str(tmp_path / "run.json")]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {p.name: p.stat().st_mtime_ns for p in RESULTS.iterdir()} == before  # --quick saves nothing
+    result = json.loads((tmp_path / "run.json").read_text())
+    found = {(r["suite"], r["kernel"], r["target"]) for r in result["rows"]}
+    kernels = ("bench_composed", "bench_by_hand")
+    expected = {("compose", k, t) for k in kernels for t in ("cpu", "parallel")}
+    if bench_gpu.unavailable() is None:
+        expected |= {("compose gpu", k, "cuda") for k in kernels}
+    else:
+        assert result["skipped"]["compose_gpu"] == bench_gpu.unavailable()
+    assert found == expected
+    assert all(r["median_s"] > 0 and set(ROW) <= set(r) for r in result["rows"])
+    assert "compose cpu float64 n=1e+04 composed/hand" in result["meta"]
 
 
 def test_plots_come_from_the_committed_results_alone(tmp_path):

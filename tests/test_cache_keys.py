@@ -22,15 +22,18 @@ import gpufuncs as gf
 from gpufuncs.targets.cpu import cache
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ["by_module", "by_package", "by_helper", "by_enum", "by_closure_module", "by_closure_value"]
+NAMES = ["by_module", "by_package", "by_helper", "by_enum", "by_closure_module", "by_closure_value",
+         "by_kernel", "by_kernel_global"]
 
 KERNELS = '''
 import enum
 import numpy as np
 import gpufuncs as gf
+import callee
 import cfg
 import helpers
 import pkg.settings
+from callee import scaled
 
 SIG = ["float64(float64)"]
 
@@ -73,9 +76,20 @@ def _closure_over_value():
     return by_closure_value
 
 
+@gf.ufunc(signatures=SIG, reference=None)
+def by_kernel(x):
+    return callee.scaled(x)  # a kernel whose source changes
+
+
+@gf.ufunc(signatures=SIG, reference=None)
+def by_kernel_global(x):
+    return scaled(x)
+
+
 gf.ufunc(signatures=SIG, reference=None)(_closure_over_module())
 gf.ufunc(signatures=SIG, reference=None)(_closure_over_value())
-NAMES = ["by_module", "by_package", "by_helper", "by_enum", "by_closure_module", "by_closure_value"]
+NAMES = ["by_module", "by_package", "by_helper", "by_enum", "by_closure_module", "by_closure_value",
+         "by_kernel", "by_kernel_global"]
 '''
 
 RUN = '''
@@ -99,6 +113,12 @@ def _write_modules(where: Path, scale: int) -> None:
         class Level(enum.IntEnum):
             LOW = 1
             HIGH = {scale}
+    """))
+    (where / "callee.py").write_text(textwrap.dedent(f"""
+        import gpufuncs as gf
+        @gf.ufunc(signatures=["float64(float64)"], reference=None)
+        def scaled(x):
+            return x * {scale}.0
     """))
     (where / "helpers.py").write_text(textwrap.dedent("""
         import numba

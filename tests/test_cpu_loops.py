@@ -77,7 +77,7 @@ def test_small_calls_take_the_loop_with_llvms_own_vector_width(restore_registry)
     assert set(compiled._loops) == {(f64, False)}
     np.testing.assert_array_equal(kernel(large, target="cpu")[:10], small)
     assert set(compiled._loops) == {(f64, False), (f64, True)}
-    narrow = loops.ufunc_loops(compiled.scalar(), (np.float64,), None, wide=False)[0]  # not from the disk cache
+    narrow = loops.ufunc_loops(compiled.scalar(), (np.float64,), None, wide=False)[0]  # not the disk cache's
     narrow(np.empty(10), large[:10])
 
     @numba.njit

@@ -101,10 +101,11 @@ def _compile(spec: KernelSpec, target: str, build: Callable[[], Any]) -> Any:
 @functools.cache
 def _library_digest() -> str:
     """What the compiled loops depend on besides the kernel and the loops' own file (whose
-    change Numba notices): the vector math's and the scalar helpers' sources."""
+    change Numba notices): the vector math's, the scalar helpers' and the kernel copies' sources."""
     from ... import scalar
+    from .. import compose
 
-    sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar))
+    sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar, compose))
     return hashlib.sha256(sources).hexdigest()[:16]
 
 

@@ -31,6 +31,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.types import Type as NumbaType
 
 from ...errors import DiskCacheWarning
+from ...spec import kernel_spec
 
 _warned = False
 _warn_lock = threading.Lock()
@@ -157,7 +158,8 @@ def dependency_digest(func: Callable[..., Any]) -> str | None:
     their source and differ only there), every value Numba freezes into the code at
     compilation (the globals it reads, and attributes read through global modules, however
     deep: ``cfg.SCALE``, ``pkg.cfg.SCALE``, an ``Enum`` member), and the same for every
-    function it calls, from any module. ``None`` when one of those values is of a kind this
+    function it calls, from any module, the scalar function of every gpufuncs kernel it calls
+    included (``gf.clamp``). ``None`` when one of those values is of a kind this
     cannot digest: such a kernel is not cached on disk.
 
     Parameters
@@ -289,6 +291,8 @@ def _feed_value(digest: Any, value: Any, seen: set[int]) -> bool:
         digest.update(value.__name__.encode())  # what is read from it: see _feed_path
     elif isinstance(value, (types.FunctionType, Dispatcher)) and not _implemented(value):
         return _feed_function(digest, value, seen)
+    elif kernel_spec(value) is not None:  # a kernel called from the code: its body is inlined
+        return _feed_function(digest, kernel_spec(value).pyfunc, seen)
     elif isinstance(value, (type, NumbaType)) or _implemented(value):
         # Classes (Numba types them by name), Numba's types, and what Numba implements.
         digest.update(repr(value).encode() if isinstance(value, NumbaType) else

@@ -81,7 +81,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 import types
 import weakref
 from collections.abc import Callable, Sequence
@@ -96,7 +95,8 @@ from numba.core import types as nbtypes
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, overload
 
-from .cache import global_names
+from ...spec import kernel_spec
+from ..compose import Copies, rebind
 
 __all__ = ["exp", "exp2", "expm1", "log", "log1p", "namespace", "pow", "sqrt", "with_vector_math"]
 
@@ -787,18 +787,21 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     Returns
     -------
     function
-        A new function with the same code object, defaults, name, qualname and module, whose
-        globals and closure name :func:`namespace` where ``pyfunc``'s name the ``math`` module,
-        a replacement where they name a replaced ``math`` function (``from math import exp``),
-        and a copy where they name an ``@njit`` helper (see below). A closure cell holding
-        anything else is shared with ``pyfunc``.
+        A new function with the same code object, defaults, name, qualname and module (see
+        :func:`~gpufuncs.targets.compose.rebind`), whose globals and closure name
+        :func:`namespace` where ``pyfunc``'s name the ``math`` module, a replacement where they
+        name a replaced ``math`` function (``from math import exp``), and an inlined copy where
+        they name an ``@njit`` helper or a gpufuncs elementwise kernel (see below), also where
+        the code reads one through a module (``gf.clamp``).
 
     Notes
     -----
     A helper the kernel calls, an ``@numba.njit`` function, is replaced by a new dispatcher of
     ``with_vector_math`` of its Python function, with its options and ``inline="always"`` (so
     that the kernel's loop sees one body, as it must to vectorize), made once per helper and
-    without Numba's disk cache (it would share the helper's entries, see below). Only the
+    without Numba's disk cache (it would share the helper's entries, see below). A gpufuncs
+    kernel the kernel calls is replaced the same way, by a copy of its scalar function: a
+    composed kernel is one loop, as if the callee's body were written out in it. Only the
     globals the code names are swapped. The helper itself, and every other function in the
     process, keep ``math``. A helper that calls back into one being copied keeps the original
     there. The globals are a snapshot taken now.
@@ -812,79 +815,31 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     """
     if not isinstance(pyfunc, types.FunctionType):
         raise TypeError(f"with_vector_math needs a Python function, got {type(pyfunc).__name__}")
-    # Only the names the code reads: copying every helper in the module is waste, and a copy
-    # of the module's globals would hold whatever they held then for as long as the copy lives
-    # (a notebook's earlier kernels: see _SCOPE_NAMES).
-    used = global_names(pyfunc.__code__)
-    scope = {key: _swapped(value) if key in used else value for key, value in pyfunc.__globals__.items()
-             if key in used or key in _SCOPE_NAMES}
-    copy = types.FunctionType(pyfunc.__code__, scope, pyfunc.__name__, pyfunc.__defaults__,
-                              _swapped_closure(pyfunc.__closure__))
-    copy.__kwdefaults__ = pyfunc.__kwdefaults__
-    copy.__qualname__ = pyfunc.__qualname__
-    copy.__module__ = pyfunc.__module__
-    copy.__doc__ = pyfunc.__doc__
-    copy.__annotations__ = dict(pyfunc.__annotations__)
-    copy.__dict__.update(pyfunc.__dict__)
-    return copy
-
-
-#: Module globals every copy keeps besides those its code reads (what Python and tools expect of
-#: a function's globals). A copy is compiled and cached by Numba, whose dispatcher keeps its
-#: compiled overloads, and through them the copy and its globals, alive from a process-wide
-#: finalizer until the dispatcher is freed: globals that lead back to the dispatcher (the
-#: kernel that owns it, named in its module) would keep it forever.
-_SCOPE_NAMES = frozenset({"__name__", "__builtins__", "__package__", "__file__"})
+    return rebind(pyfunc, _swapped)
 
 
 def _swapped(value: Any) -> Any:
     """:func:`namespace` for the ``math`` module, the replacement of a replaced ``math``
-    function, the copy of an ``@njit`` helper, anything else as it is."""
+    function, the inlined copy of an ``@njit`` helper or of a kernel, anything else as it is."""
     if value is math:
         return namespace()
     if isinstance(value, types.BuiltinFunctionType) and getattr(math, value.__name__, None) is value:
         return getattr(namespace(), value.__name__)
-    if isinstance(value, CPUDispatcher):
-        return _helper_copy(value)
+    if isinstance(value, CPUDispatcher) or kernel_spec(value) is not None:
+        return _inlined(value)
     return value
 
 
-#: Helper copies by helper (see :func:`with_vector_math`), and the helpers being copied now.
-#: Weak keys let the copy of a helper made inside a function go with it; a module-level
-#: helper's copy holds the helper through its globals, and both live as long as the module.
-_HELPERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_COPYING: set[int] = set()
-_HELPERS_LOCK = threading.RLock()
+def _inline_copy(callee: Any) -> Any:
+    """A new ``inline="always"`` dispatcher of ``with_vector_math`` of ``callee``'s Python
+    function: an ``@njit`` helper's (with its options) or a kernel's scalar function."""
+    spec = kernel_spec(callee)
+    if spec is not None:
+        return njit(inline="always")(with_vector_math(spec.pyfunc))
+    options = {k: v for k, v in callee.targetoptions.items() if k != "nopython"}
+    options["inline"] = "always"
+    return njit(**options)(with_vector_math(callee.py_func))
 
 
-def _helper_copy(helper: Any) -> Any:
-    """The vector-math copy of the ``@njit`` function ``helper``, made once; ``helper`` itself
-    where it calls back into a helper being copied (a recursion would never end)."""
-    with _HELPERS_LOCK:
-        copy = _HELPERS.get(helper)
-        if copy is not None or id(helper) in _COPYING:
-            return copy if copy is not None else helper
-        _COPYING.add(id(helper))
-        try:
-            options = {k: v for k, v in helper.targetoptions.items() if k != "nopython"}
-            options["inline"] = "always"
-            copy = _HELPERS[helper] = njit(**options)(with_vector_math(helper.py_func))
-        finally:
-            _COPYING.discard(id(helper))
-        return copy
-
-
-def _swapped_closure(closure: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-    """``closure`` with a new cell where :func:`_swapped` changes a cell's value."""
-    if closure is None:
-        return None
-    cells = []
-    for cell in closure:
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell (a name the enclosing function binds later)
-            cells.append(cell)
-            continue
-        swapped = _swapped(value)
-        cells.append(cell if swapped is value else types.CellType(swapped))
-    return tuple(cells)
+#: Inlined copies by helper or kernel (see :func:`with_vector_math`).
+_inlined = Copies(_inline_copy)

@@ -22,6 +22,7 @@ from ...spec import KernelSpec, Loop
 from ..base import compiling
 from ..cpu.cache import dependency_digest
 from .compat import SIMULATED, keyed_cache, loaded_kernel
+from .compose import device_function, for_device
 from .kernels import gufunc_kernel, ufunc_kernel
 from .runtime import BLOCK, Runtime
 
@@ -48,8 +49,8 @@ class CudaKernels:
 
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
-        options = {} if SIMULATED else {"forceinline": True}
-        self.device_function = cuda.jit(device=True, **options)(spec.pyfunc)
+        # Kernels and @njit helpers the body calls become device functions too (see .compose).
+        self.device_function = device_function(spec.pyfunc)
         self._dispatchers: dict[tuple[str, int], Any] = {}
         self._launchable: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self._lock = threading.Lock()
@@ -161,9 +162,9 @@ def numba_object(spec: KernelSpec) -> Any:
     sigs = [loop.signature for loop in spec.loops]
     try:
         if spec.layout is None:
-            return numba.vectorize(sigs, target="cuda")(spec.pyfunc)
+            return numba.vectorize(sigs, target="cuda")(for_device(spec.pyfunc))
         if not spec.layout.output_only_dims:
-            return numba.guvectorize(sigs, spec.layout.text, target="cuda")(spec.pyfunc)
+            return numba.guvectorize(sigs, spec.layout.text, target="cuda")(for_device(spec.pyfunc))
         return _guvectorize_with_size_input(spec)
     except Exception as exc:
         raise CudaCompileError(f"kernel {spec.name!r}: Numba's CUDA ufunc object failed to "
@@ -175,7 +176,7 @@ def _guvectorize_with_size_input(spec: KernelSpec) -> Any:
     dims = layout.output_only_dims
     if spec.nout != 1 or spec.nin > 3:
         raise NotImplementedError("only one output and up to three inputs are supported")
-    dev = cuda.jit(device=True)(spec.pyfunc)
+    dev = device_function(spec.pyfunc)
     if spec.nin == 1:
         def with_size(a0, size, out):
             dev(a0, out)

@@ -1,0 +1,49 @@
+"""The cuda target's copy of a scalar function: the kernels and helpers it calls as device functions.
+
+See :mod:`gpufuncs.targets.compose`. A gpufuncs elementwise kernel or an ``@numba.njit`` helper
+that a kernel's body calls becomes a device function of a copy of its own Python function, made
+the same way (numba-cuda compiles a bare ``@njit`` helper as a device function itself, but from
+its own globals, where a kernel it calls would stay a kernel object). Device functions are
+force-inlined into their callers, as the kernel's own is into the templates of :mod:`.kernels`.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from numba import cuda
+from numba.core.registry import CPUDispatcher
+
+from ...spec import kernel_spec
+from ..compose import Copies, rebind
+from .compat import SIMULATED
+
+#: ``cuda.jit`` options of every device function (the simulator takes no ``forceinline``).
+DEVICE_OPTIONS: dict[str, Any] = {"device": True} if SIMULATED else {"device": True, "forceinline": True}
+
+
+def for_device(pyfunc: types.FunctionType) -> types.FunctionType:
+    """A copy of ``pyfunc`` that calls the device-function copies of the kernels and ``@njit``
+    helpers it calls (see :func:`~gpufuncs.targets.compose.rebind`)."""
+    return rebind(pyfunc, _swapped)
+
+
+def device_function(pyfunc: types.FunctionType) -> Any:
+    """The ``cuda.jit`` device function of :func:`for_device` of ``pyfunc``."""
+    return cuda.jit(**DEVICE_OPTIONS)(for_device(pyfunc))
+
+
+def _swapped(value: Any) -> Any:
+    if isinstance(value, CPUDispatcher) or kernel_spec(value) is not None:
+        return _device_copy(value)
+    return value
+
+
+def _callee_function(callee: Any) -> types.FunctionType:
+    spec = kernel_spec(callee)
+    return spec.pyfunc if spec is not None else callee.py_func
+
+
+#: Device-function copies by kernel or helper.
+_device_copy = Copies(lambda callee: device_function(_callee_function(callee)))
