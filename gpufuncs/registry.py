@@ -197,10 +197,14 @@ def _define(
             f"kernel {kname!r}: layout {layout!r} has {len(parsed.inputs) + len(parsed.outputs)} "
             f"arguments, the function takes {len(params)} ({', '.join(params)})"
         )
-    if not signatures:
-        raise KernelDefinitionError(f"kernel {kname!r}: give at least one signature")
+    if not signatures and parsed is not None:
+        raise KernelDefinitionError(f"kernel {kname!r}: a gufunc needs signatures (only "
+                                    "elementwise kernels compile loops as calls need them)")
     nout = len(parsed.outputs) if parsed is not None else 0
-    loops = tuple(parse_loop(s, len(params), parsed is not None, nout) for s in signatures)
+    try:
+        loops = tuple(parse_loop(s, len(params), parsed is not None, nout) for s in signatures or ())
+    except KernelDefinitionError as exc:
+        raise KernelDefinitionError(f"kernel {kname!r}: {exc}") from None
     check_loops(loops, kname)
     if identity is not None and (parsed is not None or len(params) != 2):
         raise KernelDefinitionError(f"kernel {kname!r}: only binary elementwise kernels have an identity")
@@ -221,13 +225,16 @@ def _define(
         domains=dict(domains or {}),
         arg_names=params,
         benchmark=benchmark,
+        lazy=not signatures,
     )
     return registry.register(Kernel(spec), replace=replace)
 
 
 def ufunc(
+    func: Callable[..., Any] | None = None,
+    /,
     *,
-    signatures: Sequence[str],
+    signatures: Sequence[str] | None = None,
     reference: Callable[..., Any] | None = None,
     name: str | None = None,
     tolerances: Mapping[Any, Tolerance | float] | None = None,
@@ -236,16 +243,22 @@ def ufunc(
     domains: Mapping[str, tuple[float, float]] | None = None,
     replace: bool = False,
     benchmark: Benchmark | None = None,
-) -> Callable[[Callable[..., Any]], Kernel]:
+) -> Any:
     """Declare an elementwise kernel from a scalar Python function.
+
+    Used bare (``@gf.ufunc``) or without ``signatures``, the kernel is lazy, as Numba's
+    ``DUFunc``: each call whose inputs fit none of its loops compiles one for their types
+    (``kernel.types`` lists them).
 
     Parameters
     ----------
-    signatures : sequence of str
+    func : callable, optional
+        The scalar function, when the decorator is used bare (``@gf.ufunc``).
+    signatures : sequence of str, optional
         Numba signatures, in the order calls select them (the first loop every input casts
         to safely), e.g. ``["float32(float32, float32)", "float64(float64, float64)"]``. Any
         mix of bool, integer, float32/float64 and complex64/complex128 types, such as
-        ``"float64(float64, int64)"`` or ``"boolean(float64)"``.
+        ``"float64(float64, int64)"`` or ``"boolean(float64)"``. None: a lazy kernel.
     reference : callable, optional
         The NumPy/SciPy function the kernel must agree with. Without one,
         :func:`gpufuncs.testing.check_kernel` checks every target against the kernel run as
@@ -272,8 +285,8 @@ def ufunc(
 
     Returns
     -------
-    callable
-        A decorator returning the registered :class:`~gpufuncs.Kernel`.
+    Kernel or callable
+        The registered :class:`~gpufuncs.Kernel` (bare use), or a decorator returning it.
 
     Examples
     --------
@@ -291,7 +304,7 @@ def ufunc(
                        tolerances=tolerances, doc=doc, identity=identity, domains=domains,
                        replace=replace, benchmark=benchmark)
 
-    return decorate
+    return decorate if func is None else decorate(func)
 
 
 def gufunc(

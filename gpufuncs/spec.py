@@ -336,6 +336,9 @@ class KernelSpec:
         Where each input is meaningful; test inputs favour it and probe its edges.
     benchmark : Benchmark or None
         The benchmarks' declaration (anchors and arguments); ``None`` for most user kernels.
+    lazy : bool
+        Declared without signatures: calls add loops for new input types (see
+        :mod:`gpufuncs.dispatch.lazy`).
     """
 
     name: str
@@ -349,6 +352,7 @@ class KernelSpec:
     domains: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     arg_names: tuple[str, ...] = ()
     benchmark: Benchmark | None = None
+    lazy: bool = False
 
     def __post_init__(self) -> None:
         if self.nin == 0:
@@ -380,7 +384,9 @@ class KernelSpec:
 
     @property
     def nout(self) -> int:
-        return len(self.layout.outputs) if self.layout else len(self.loops[0].outputs)
+        if self.layout is not None:
+            return len(self.layout.outputs)
+        return len(self.loops[0].outputs) if self.loops else 1  # (a lazy kernel's: one value)
 
     @property
     def input_names(self) -> tuple[str, ...]:

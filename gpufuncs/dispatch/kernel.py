@@ -14,6 +14,7 @@ overlap with ``out=`` and launches), and finish the result as NumPy would.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 import sys
@@ -33,7 +34,7 @@ from ..targets import (
     auto_host_target,
     get_target,
 )
-from . import axes, methods
+from . import axes, lazy, methods
 from .args import (
     ABSENT,
     WEAK_SCALARS,
@@ -366,6 +367,8 @@ class Kernel:
             info, converted = describe_input(spec, value, i)
             infos.append(info)
             values.append(converted)
+        if spec.lazy:
+            spec = self._learn([a.dtype for a in infos], call)
         outs = None if call.outs is None else [None if o is None else describe_out(spec, o)
                                                for o in call.outs]
         where, mask = where_arg(spec, call.where)
@@ -381,6 +384,17 @@ class Kernel:
         resolved = ResolvedCall(self, call, ops, target, executor,
                                 where is not None and mask is not call.where, fresh)
         return self._keep(key, call.target, resolved)
+
+    def _learn(self, dtypes: list[Any], call: Call) -> KernelSpec:
+        """A lazy kernel's spec, with a loop for ``dtypes`` added where none fits (see
+        :mod:`.lazy`): compiled code and resolved calls of the old spec are dropped."""
+        with self._compile_lock:
+            if lazy.needs_loop(self.spec, dtypes, call.dtype, call.casting):
+                loop = lazy.loop_for(self.spec, dtypes)
+                self.spec = dataclasses.replace(self.spec, loops=(*self.spec.loops, loop))
+                self._compiled = {}
+                self._resolved = {t: {} for t in TARGET_NAMES}
+        return self.spec
 
     def _keep(self, key: Any, target: str, resolved: Any) -> Any:
         if key is not None:
