@@ -262,7 +262,8 @@ def cache_use() -> dict:
                 compare(kernel, args, kernel(*args, target="cpu"), target="cpu")
             except Exception as exc:
                 failures.append(f"{type(exc).__name__}: {exc}")
-    hits = sum(sum(d.stats.cache_hits.values()) for d in kernel.compiled("cpu").loops(np.dtype(np.float64)))
+    f64 = kernel.spec.loop_for(np.dtype(np.float64))
+    hits = sum(sum(d.stats.cache_hits.values()) for d in kernel.compiled("cpu").loops(f64))
     return {"warnings": [str(w.message) for w in caught if w.category.__name__ == "DiskCacheWarning"],
             "failures": failures, "hits": hits, "package": str(Path(gf.__file__).parent)}
 
@@ -281,7 +282,7 @@ def calls_in_order(*names: str) -> dict:
             except Exception as exc:
                 failures.append(f"{name} on {target}: {type(exc).__name__}: {exc}")
         hits[name] = sum(sum(d.stats.cache_hits.values()) for target in ("cpu", "parallel")
-                         for d in kernel.compiled(target).loops(np.dtype(np.float64)))
+                         for d in kernel.compiled(target).loops(kernel.spec.loop_for(np.dtype(np.float64))))
     return {"failures": failures, "hits": hits}
 
 
