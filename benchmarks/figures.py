@@ -31,6 +31,14 @@ CPU_MACHINES = (("cpu", "2-core CI machine"), ("cpu-16core", "16-core host of th
 GPU_MACHINES = (("gpu-h100", "H100"),)
 DASK_MACHINES = (("dask-16core", "16-core host of the GPU machine"),)
 MULTIGPU_MACHINES = (("multigpu-nvidia-h200", "2 x H200"),)
+#: (result file, title, the column compared, its reference): integer and complex kernels
+#: (``python -m benchmarks.bench_types``) and kernels calling kernels (``--suite compose``).
+RATIO_TABLES = (
+    ("types", "int64 and complex128 kernels, 2-core CI machine", "auto/np", "NumPy's expression"),
+    ("types-h100", "int64 and complex128 kernels, H100", "pipelined /cupy", "CuPy's ElementwiseKernel"),
+    ("cpu_compose", "a kernel calling kernels, 2-core CI machine", "cpu composed/hand", "the body by hand"),
+    ("gpu-h100_compose", "a kernel calling kernels, H100", "composed/hand pipe", "the body by hand"),
+)
 
 INTRO = """\
 # Performance
@@ -267,6 +275,19 @@ def multigpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]]
         _table(rows, ["case", "n", "gpus", "seconds_all", "seconds_one", "speedup", "target"]), ""])
 
 
+def ratio_section(name: str, title: str, column: str, reference: str) -> str:
+    """A result file's table, with the largest ratio of ``column`` (ours over ``reference``)."""
+    found = _results(title[0].upper() + title[1:], name)
+    if isinstance(found, str):
+        return found
+    _, rows, opening = found
+    worst = max(rows, key=lambda r: r[column])
+    return "\n".join([
+        *opening, f"The largest `{column}` (time over {reference}): {worst[column]:.3g}, at "
+        f"n = {worst['n']:.0e}" + "".join(f", {k} {worst[k]}" for k in ("kernel", "dtype") if k in worst)
+        + ".", "", _table(rows, list(rows[0])), ""])
+
+
 def overhead_summary(name: str = CPU_MACHINES[0][0]) -> str:
     """What a tiny call costs, from the overhead results of ``name`` (none typed by hand)."""
     data = _load(f"{name}_overhead")
@@ -284,6 +305,7 @@ def render() -> str:
     sections += [gpu_section(name, title) for name, title in GPU_MACHINES]
     sections += [multigpu_section(name, title) for name, title in MULTIGPU_MACHINES]
     sections += [dask_section(name, title) for name, title in DASK_MACHINES]
+    sections += [ratio_section(*table) for table in RATIO_TABLES]
     return "\n".join(s.rstrip() + "\n" for s in sections)
 
 

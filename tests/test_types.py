@@ -108,6 +108,11 @@ def test_python_ints_that_do_not_fit_raise_numpys_overflow_error(target):
     with pytest.raises(OverflowError):
         np.add(x, 300)
     assert np.array_equal(types_add(x, 100, target=target), x + 100)  # the same call, in range
+    # A deliberate difference (docs/semantics.md): NumPy types a lone 2**63 as uint64 by its
+    # value; here a Python int selects the int64 loop whatever its value, and cannot fit it.
+    assert np.add(2**63, 1).dtype == np.float64
+    with pytest.raises(OverflowError):
+        types_add(2**63, 1, target=target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
