@@ -152,3 +152,37 @@ def test_types_lists_every_loop_in_selection_order():
     assert types_add.types[:8] == ["bb->b", "BB->B", "hh->h", "HH->H", "ii->i", "II->I", "ll->l", "LL->L"]
     assert types_add.types[8:] == ["ee->e", "ff->f", "dd->d"]
     assert types_less.types == ["ll->?", "dd->?"]
+
+
+def test_several_outputs_of_an_elementwise_kernel_are_refused_at_definition():
+    """Numba's @vectorize fails on them at call time, in a raw NumbaNotImplementedError."""
+    message = r"kernel 'types_pair'.*returns 2.*layout='\(\)->\(\),\(\)'"
+    with pytest.raises(gf.KernelDefinitionError, match=message):
+        gf.ufunc(signatures=["UniTuple(float64, 2)(float64)"], name="types_pair")(lambda x: (x, 2 * x))
+    assert "types_pair" not in gf.names()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_gufunc_with_two_outputs_of_different_types(target, restore_registry):
+    """What a divmod-like kernel is written as: np.divmod on int64, and a frexp-like pair."""
+    @gf.gufunc(signatures=["void(int64, int64, int64[:], int64[:])"], layout="(),()->(),()",
+               reference=np.divmod, name="types_divmod")
+    def types_divmod(a, b, quotient, remainder):
+        quotient[0] = a // b
+        remainder[0] = a - (a // b) * b
+
+    a, b = np.array([7, -7, 7, -7, 5]), np.array([2, 2, -2, -2, 3])
+    q, r = types_divmod(a, b, target=target)
+    want_q, want_r = np.divmod(a, b)
+    assert q.dtype == r.dtype == np.int64
+    assert np.array_equal(np.asarray(q), want_q) and np.array_equal(np.asarray(r), want_r)
+
+    @gf.gufunc(signatures=["void(float64, float64[:], int32[:])"], layout="()->(),()",
+               name="types_split")
+    def types_split(x, whole, sign):
+        whole[0] = float(int(x))
+        sign[0] = 1 if x >= 0 else -1
+
+    w, s = types_split(np.array([2.5, -1.5]), target=target)
+    assert w.dtype == np.float64 and s.dtype == np.int32
+    assert np.asarray(w).tolist() == [2.0, -1.0] and np.asarray(s).tolist() == [1, -1]
