@@ -46,7 +46,7 @@ from .dispatch import Kernel
 from .registry import get_kernel
 from .spec import KernelSpec, Tolerance
 from .targets import available_targets
-from .testing_loops import check_loop, is_exact_loop
+from .testing_loops import check_loop, is_exact_loop, shape_signature
 
 __all__ = [
     "Comparison",
@@ -135,24 +135,11 @@ def inputs(
              "allow_subnormal": allow_subnormal}
     elements = [element_values(dtype, spec.domains.get(name), **flags) for name in spec.input_names]
     shapes = mutually_broadcastable_shapes(
-        signature=_shape_signature(spec), max_dims=max_dims, min_side=min_side, max_side=max_side
+        signature=shape_signature(spec), max_dims=max_dims, min_side=min_side, max_side=max_side
     ) if spec.layout else mutually_broadcastable_shapes(
         num_shapes=spec.nin, max_dims=max_dims, min_side=min_side, max_side=max_side
     )
     return _call_args(spec, dtype, shapes, tuple(elements), scalars)
-
-
-def _shape_signature(spec: KernelSpec) -> str:
-    """The layout with one extra input carrying the output-only core dimensions.
-
-    Hypothesis refuses output-only dimensions (their size is not determined by any input), so
-    ``"()->(n)"`` is drawn as ``"(),(n)->(n)"`` and the extra input's core sizes become ``n``.
-    """
-    layout = spec.layout
-    assert layout is not None
-    groups = [*layout.inputs, layout.output_only_dims] if layout.output_only_dims else layout.inputs
-    text = ",".join("(" + ",".join(dims) + ")" for dims in groups)
-    return text + "->" + ",".join("(" + ",".join(dims) + ")" for dims in layout.outputs)
 
 
 @st.composite

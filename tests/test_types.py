@@ -54,6 +54,11 @@ def types_less(a, b):
     return a < b
 
 
+@gf.ufunc(signatures=["int64(int64)", "float64(float64)"], reference=np.negative, replace=True)
+def types_negative(a):
+    return -a
+
+
 @gf.ufunc(signatures=["float64(float64, int32)"], reference=np.multiply, replace=True)
 def types_scale(x, n):
     return x * n
@@ -108,11 +113,17 @@ def test_python_ints_that_do_not_fit_raise_numpys_overflow_error(target):
     with pytest.raises(OverflowError):
         np.add(x, 300)
     assert np.array_equal(types_add(x, 100, target=target), x + 100)  # the same call, in range
-    # A deliberate difference (docs/semantics.md): NumPy types a lone 2**63 as uint64 by its
-    # value; here a Python int selects the int64 loop whatever its value, and cannot fit it.
-    assert np.add(2**63, 1).dtype == np.float64
+    with pytest.raises(OverflowError):  # two Python ints past int64: NumPy raises too
+        np.add(2**63, 1)
     with pytest.raises(OverflowError):
         types_add(2**63, 1, target=target)
+    # A deliberate difference (docs/semantics.md): alone, NumPy types 2**63 by its value (as
+    # uint64, which a ufunc of int64 and float64 loops computes in float64); here a Python int
+    # selects the int64 loop whatever its value, and does not fit it.
+    numba_ufunc = gf.get("types_negative", "cpu").ufunc
+    assert numba_ufunc.types == ["l->l", "d->d"] and numba_ufunc(2**63).dtype == np.float64
+    with pytest.raises(OverflowError):
+        types_negative(2**63, target=target)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -21,7 +21,6 @@ import numpy as np
 
 from ..base import c_strides, library_of
 from . import compat
-from .recognize import torch_dtypes
 from .runtime import Runtime
 
 #: Kinds of device array (``kind_of``).
@@ -194,7 +193,7 @@ def _torch_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int,
                      like_layout: bool, device: int) -> Allocate:
     import torch
 
-    tdtype = next(t for t, d in torch_dtypes().items() if d == dtype)
+    tdtype = next(t for t, d in compat.torch_dtypes().items() if d == dtype)
     current = compat.torch_stream_getter()
     empty_like = torch.empty_like  # (bound once: a module attribute read costs a small call 50 ns)
 

@@ -159,3 +159,13 @@ def torch_stream_getter() -> Callable[[int], int]:
     if raw is not None:
         return raw
     return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+@functools.cache
+def torch_dtypes() -> dict[Any, np.dtype]:
+    """NumPy dtypes of the torch dtypes that gpufuncs accepts (those this torch has)."""
+    import torch
+
+    names = ("float16", "float32", "float64", "complex64", "complex128", "int8", "int16", "int32",
+             "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+    return {getattr(torch, n): np.dtype(n) for n in names if hasattr(torch, n)}

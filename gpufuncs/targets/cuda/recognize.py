@@ -8,7 +8,6 @@ expose: Numba device arrays (``__cuda_ndarray__``), CuPy, PyTorch CUDA tensors, 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -27,17 +26,10 @@ def _declares_interface(cls: type) -> bool:
     return hasattr(cls, "__cuda_array_interface__") or bool(getattr(cls, "__cuda_ndarray__", False))
 
 
-@functools.cache
-def torch_dtypes() -> dict[Any, np.dtype]:
-    """NumPy dtypes of the torch dtypes that gpufuncs accepts."""
-    import torch
-
-    names = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
-    return {getattr(torch, n): np.dtype(n) for n in names}
-
-
 def torch_dtype(tensor: Any) -> np.dtype:
     """The NumPy dtype of a torch tensor (``TypeError`` for dtypes NumPy lacks, like bfloat16)."""
+    from .compat import torch_dtypes
+
     found = torch_dtypes().get(tensor.dtype)
     if found is None:
         raise TypeError(f"unsupported torch dtype {tensor.dtype}")
