@@ -17,7 +17,7 @@ from numpy.exceptions import AxisError
 
 import gpufuncs as gf
 
-HOST_TARGETS = ["cpu", "parallel"]
+HOST_TARGETS = ["cpu", pytest.param("parallel", marks=pytest.mark.slow)]
 
 
 @gf.gufunc(signatures=["void(float64[:], float64[:], float64[:])"], layout="(n),(n)->()",

@@ -64,12 +64,12 @@ def auto_host_target(auto_target: auto.AutoTarget, spec: KernelSpec, plan: Plan,
 
 
 # -- compiling ------------------------------------------------------------------------------------
-def _numba_object(spec: KernelSpec, target: str) -> Any:
+def _numba_object(spec: KernelSpec, target: str, loops: tuple[Loop, ...]) -> Any:
     # Built from the same vector-math copy as the flat loops (so that both paths agree bit for
     # bit), and without Numba's disk cache: it keys entries by bytecode, which the copy shares
     # with the original function (see vecmath.with_vector_math).
     pyfunc = with_vector_math(spec.pyfunc)
-    sigs = [loop.signature for loop in spec.loops]
+    sigs = [loop.signature for loop in loops]
     opts = {"target": target, "cache": False, "nopython": True}
     if spec.layout is None:
         return numba.vectorize(sigs, identity=_numba_identity(spec.identity), **opts)(pyfunc)
@@ -151,7 +151,7 @@ class CpuKernel:
     def __init__(self, spec: KernelSpec, target: str) -> None:
         self.spec, self.target = spec, target
         self._lock = threading.Lock()
-        self._numba: dict[str, Any] = {}
+        self._numba: dict[tuple[str, str | None], Any] = {}
         self._loops: dict[tuple[str, bool], tuple[Any, ...]] = {}
         self._scalar: Any = None
         self._raising: dict[str, bool] = {}  # loop signature -> whether the kernel can raise
@@ -168,14 +168,19 @@ class CpuKernel:
             self._scalar = numba.njit(**loops.options())(copy)
         return self._scalar
 
-    def numba_object(self, serial: bool = False) -> Any:
-        """The Numba ``DUFunc`` (``cpu``), ``numpy.ufunc`` (``parallel``) or ``GUFunc``;
-        ``serial``: the ``cpu`` one whatever this kernel's target."""
+    def numba_object(self, serial: bool = False, loop: Loop | None = None) -> Any:
+        """The Numba ``DUFunc`` (``cpu``), ``numpy.ufunc`` (``parallel``) or ``GUFunc`` of every
+        declared loop, or of ``loop`` alone (what an executor runs: Numba compiles every loop
+        of such an object when it is made, 8 s each for ``parallel``); ``serial``: the ``cpu``
+        one whatever this kernel's target."""
         target = "cpu" if serial else self.target
+        key = (target, None if loop is None else loop.signature)
         with self._lock:
-            if target not in self._numba:
-                self._numba[target] = _compile(self.spec, target, lambda: _numba_object(self.spec, target))
-        return self._numba[target]
+            if key not in self._numba:
+                loops = self.spec.loops if loop is None else (loop,)
+                self._numba[key] = _compile(self.spec, target,
+                                            lambda: _numba_object(self.spec, target, loops))
+        return self._numba[key]
 
     def loops(self, loop: Loop, wide: bool = True) -> tuple[Any, ...]:
         """The flat loop dispatchers of the declared ``loop`` (see :mod:`.loops`); ``wide``: the
@@ -469,7 +474,7 @@ BLOCK_ELEMENTS = 1 << 18
 
 
 def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
-    ufunc = compiled.numba_object(serial=not threaded)
+    ufunc = compiled.numba_object(serial=not threaded, loop=plan.loop.compiled)
     ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
     signature = plan.loop.compiled.types
     shape, dtype = plan.out_shapes[0], plan.result_dtype
@@ -534,7 +539,7 @@ def _c_contiguous(a: Arg) -> bool:
 
 
 def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
-    ufunc = compiled.numba_object(serial=not threaded)
+    ufunc = compiled.numba_object(serial=not threaded, loop=plan.loop.compiled)
     loop, loop_shape = plan.loop.compiled, plan.loop_shape
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
