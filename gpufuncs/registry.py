@@ -206,12 +206,6 @@ def _define(
     except KernelDefinitionError as exc:
         raise KernelDefinitionError(f"kernel {kname!r}: {exc}") from None
     check_loops(loops, kname)
-    if parsed is None and loops and len(loops[0].outputs) > 1:
-        # Numba's @vectorize has no such loops either (NumbaNotImplementedError at call time).
-        raise KernelDefinitionError(
-            f"kernel {kname!r}: an elementwise kernel returns one value ({signatures[0]!r} returns "
-            f"{len(loops[0].outputs)}); write it as a gufunc that fills its outputs, e.g. layout="
-            f"{','.join(['()'] * len(params)) + '->' + ','.join(['()'] * len(loops[0].outputs))!r}")
     if identity is not None and (parsed is not None or len(params) != 2):
         raise KernelDefinitionError(f"kernel {kname!r}: only binary elementwise kernels have an identity")
     unknown = set(domains or {}) - set(params)

@@ -12,7 +12,7 @@ import hashlib
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +177,9 @@ def parse_loop(signature: str, nargs: int, is_gufunc: bool, nout: int = 0) -> Lo
     try:
         args, ret = sigutils.normalize_signature(signature)
     except Exception as exc:
-        raise KernelDefinitionError(f"cannot parse signature {signature!r}: {exc}") from exc
+        hint = (" (a tuple of several types is written Tuple((float64, int64)), or "
+                "UniTuple(float64, 2) for one type)") if "Tuple(" in signature else ""
+        raise KernelDefinitionError(f"cannot parse signature {signature!r}: {exc}{hint}") from exc
     if len(args) != nargs:
         raise KernelDefinitionError(
             f"signature {signature!r} has {len(args)} arguments, the function takes {nargs}"
@@ -339,6 +341,10 @@ class KernelSpec:
     lazy : bool
         Declared without signatures: calls add loops for new input types (see
         :mod:`gpufuncs.dispatch.lazy`).
+    tuple_results : bool
+        This is the gufunc form of an elementwise kernel of several outputs (see
+        :attr:`executed`): ``pyfunc`` returns the outputs' values as a tuple, which the targets
+        store into the one-element outputs.
     """
 
     name: str
@@ -353,6 +359,7 @@ class KernelSpec:
     arg_names: tuple[str, ...] = ()
     benchmark: Benchmark | None = None
     lazy: bool = False
+    tuple_results: bool = False
 
     def __post_init__(self) -> None:
         if self.nin == 0:
@@ -392,6 +399,22 @@ class KernelSpec:
     def input_names(self) -> tuple[str, ...]:
         return self.arg_names[: self.nin]
 
+    @functools.cached_property
+    def executed(self) -> KernelSpec:
+        """The spec that calls are planned with and targets compile: this one, or for an
+        elementwise kernel of several outputs (``return q, r``) the gufunc ``(),()->(),()`` of
+        the same loops, whose outputs are one-element rows the targets store each returned
+        value into. Numba's ``@vectorize`` cannot compile such a kernel, its ``@guvectorize`` can,
+        and every target's gufunc paths (flat loops, Numba's objects, the CUDA templates) then
+        serve it; NumPy's rules for the two are the same (broadcasting, ``out=`` tuples)."""
+        if self.layout is not None or self.nout == 1:
+            return self
+        nin, nout = self.nin, self.nout
+        layout = parse_layout(",".join(["()"] * nin) + "->" + ",".join(["()"] * nout))
+        loops = tuple(replace(lp, signature=_gufunc_signature(lp.signature))
+                      for lp in self.loops)
+        return replace(self, layout=layout, loops=loops, tuple_results=True)
+
     def tolerance(self, dtype: np.dtype, target: str | None = None) -> Tolerance:
         """The declared tolerance for ``dtype`` on ``target`` (a per-target entry, keyed
         ``(target, dtype)``, wins over the dtype's), else :func:`default_tolerance`."""
@@ -426,6 +449,12 @@ class KernelSpec:
         except (TypeError, OSError):
             return None
         return hashlib.sha256(source + self.pyfunc.__qualname__.encode()).hexdigest()
+
+
+def _gufunc_signature(signature: str) -> str:
+    """``"UniTuple(float64, 2)(float64)"`` as the gufunc's ``"void(float64, float64[:], float64[:])"``."""
+    args, returned = sigutils.normalize_signature(signature)
+    return f"void({', '.join([*map(str, args), *(f'{t}[:]' for t in returned)])})"
 
 
 def kernel_spec(value: Any) -> KernelSpec | None:

@@ -473,13 +473,17 @@ def compare(
     results = tuple(np.asarray(r) for r in (result if spec.nout > 1 else (result,)))
     dtype = np.dtype(results[0].dtype if dtype is None else dtype)
     shapes = _expected_shapes(spec, args)
+    if len(results) != len(shapes):
+        raise AssertionError(f"{spec.name} ({dtype}, target {target!r}): {len(results)} result(s) "
+                             f"for {len(shapes)} output(s)")
     for res, shape in zip(results, shapes):
         if res.shape != shape:
             raise AssertionError(f"{spec.name} ({dtype}, target {target!r}): result has shape "
                                  f"{res.shape}, expected {shape} from the inputs' shapes")
     if all(r.size == 0 for r in results):
         return Comparison(spec.name, dtype, target, 0, 0.0, 0.0)
-    refs = tuple(_fit(r, shape, spec.name) for r, shape in zip(reference_values(k, args, dtype), shapes))
+    refs = tuple(_fit(r, shape, spec.name)
+                 for r, shape in zip(reference_values(k, args, dtype), shapes, strict=True))
     tol = spec.tolerance(dtype, target)
     checks = [_check_points(spec, res, ref, tol) for res, ref in zip(results, refs)]
     failing = [(i, c) for i, c in enumerate(checks) if c.failed.any()]
@@ -501,7 +505,7 @@ def _expected_shapes(spec: KernelSpec, args: Sequence[Any]) -> list[tuple[int, .
         core.update(zip(dims, shape[split:]))
         loops.append(shape[:split])
     loop = np.broadcast_shapes(*loops)
-    outs = layout.outputs if layout else ((),)
+    outs = layout.outputs if layout else ((),) * spec.nout
     return [tuple(loop) + tuple(int(core[d]) for d in dims) for dims in outs]
 
 

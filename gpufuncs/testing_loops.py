@@ -90,45 +90,52 @@ def loop_arguments(draw: Any, spec: KernelSpec, loop: Loop) -> tuple[Any, ...]:
     return (*args, *sizes)
 
 
-def expected(kernel: Kernel, loop: Loop, args: Sequence[Any]) -> tuple[np.ndarray, np.ndarray | None]:
-    """The results ``kernel(*args)`` must give in ``loop`` (see the module docstring), and a
-    mask of the elements they are known at (``None``: everywhere)."""
+def expected(kernel: Kernel, loop: Loop, args: Sequence[Any]
+             ) -> tuple[tuple[np.ndarray, ...], np.ndarray | None]:
+    """The results ``kernel(*args)`` must give in ``loop`` (see the module docstring), one per
+    output, and a mask of the elements they are known at (``None``: everywhere)."""
     spec = kernel.spec
     inputs = [np.asarray(a, dtype=d) for a, d in zip(args, loop.inputs)]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         if spec.reference is not None:
             ref = spec.reference(*inputs, *args[spec.nin:])
-            return np.asarray(ref, dtype=loop.outputs[0]), None
+            refs = ref if spec.nout > 1 else (ref,)
+            return tuple(np.asarray(r, dtype=d) for r, d in zip(refs, loop.outputs)), None
         return _run_in_python(spec, loop, inputs)
 
 
-def _run_in_python(spec: KernelSpec, loop: Loop, inputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _run_in_python(spec: KernelSpec, loop: Loop, inputs: list[np.ndarray]
+                   ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """The scalar function run as plain Python on NumPy scalars, element by element."""
     if spec.layout is not None:
         raise AssertionError(f"kernel {spec.name!r}: a gufunc without a reference cannot be run "
                              "as plain Python here; declare reference=")
     shape = np.broadcast_shapes(*(a.shape for a in inputs))
-    result = np.zeros(shape, loop.outputs[0])
+    results = tuple(np.zeros(shape, d) for d in loop.outputs)
     known = np.zeros(shape, bool)
     broadcast = [np.broadcast_to(a, shape) for a in inputs]
     for index in np.ndindex(shape):
         try:
-            result[index] = spec.pyfunc(*(b[index] for b in broadcast))
+            value = spec.pyfunc(*(b[index] for b in broadcast))
+            for result, v in zip(results, value if spec.nout > 1 else (value,)):
+                result[index] = v
             known[index] = True
         except (ArithmeticError, ValueError):  # Python raises where a kernel returns inf/NaN
             pass
-    return result, known
+    return results, known
 
 
 def assert_matches(kernel: Kernel, loop: Loop, target: str, got: Any, want: np.ndarray,
-                   known: np.ndarray | None) -> None:
-    """``got`` equals ``want`` (integers, bool) or is within the tolerance for its dtype."""
+                   known: np.ndarray | None, output: int = 0) -> None:
+    """``got``, the kernel's ``output``, equals ``want`` (integers, bool) or is within the
+    tolerance for its dtype."""
     got = np.asarray(got)
-    name = f"{kernel.__name__} ({loop.types} loop, target {target!r})"
-    if got.dtype != loop.outputs[0] or got.shape != want.shape:
+    name = f"{kernel.__name__} ({loop.types} loop, target {target!r}" + (
+        f", output {output})" if kernel.spec.nout > 1 else ")")
+    if got.dtype != loop.outputs[output] or got.shape != want.shape:
         raise AssertionError(f"{name}: gave {got.dtype}{got.shape}, expected "
-                             f"{loop.outputs[0]}{want.shape}")
+                             f"{loop.outputs[output]}{want.shape}")
     bad = ~_close(kernel.spec, target, got, want)
     if known is not None:
         bad &= known
@@ -158,15 +165,15 @@ def _placed(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(want), np.isfinite(got), (got == want) | (np.isnan(got) & np.isnan(want)))
 
 
-def assert_targets_agree(kernel: Kernel, results: dict[str, np.ndarray]) -> None:
-    """``cpu`` and ``parallel`` bit for bit; integer results everywhere exactly."""
+def assert_targets_agree(kernel: Kernel, results: dict[str, tuple[np.ndarray, ...]]) -> None:
+    """``cpu`` and ``parallel`` bit for bit; integer results everywhere exactly (each output)."""
     items = list(results.items())
-    for (t0, r0), (t1, r1) in itertools.pairwise(items):
-        if {t0, t1} <= _SAME_CODE or r0.dtype.kind not in "fc":
-            same = np.asarray(r0).tobytes() == np.asarray(r1).tobytes()
-            if not same:
-                raise AssertionError(f"{kernel.__name__}: targets {t0!r} and {t1!r} disagree: "
-                                     f"{r0!r} vs {r1!r}")
+    for (t0, outs0), (t1, outs1) in itertools.pairwise(items):
+        for r0, r1 in zip(outs0, outs1):
+            if {t0, t1} <= _SAME_CODE or r0.dtype.kind not in "fc":
+                if r0.tobytes() != r1.tobytes():
+                    raise AssertionError(f"{kernel.__name__}: targets {t0!r} and {t1!r} "
+                                         f"disagree: {r0!r} vs {r1!r}")
 
 
 def check_loop(kernel: Kernel, loop: Loop, targets: tuple[str, ...], max_examples: int | None) -> None:
@@ -179,12 +186,14 @@ def check_loop(kernel: Kernel, loop: Loop, targets: tuple[str, ...], max_example
     @settings(**options)
     @given(loop_arguments(kernel.spec, loop))
     def check(args: tuple[Any, ...]) -> None:
-        want, known = expected(kernel, loop, args)
+        wants, known = expected(kernel, loop, args)
         results = {}
         for target in targets:
             with np.errstate(all="ignore"):
-                results[target] = np.asarray(kernel(*args, target=target))
-            assert_matches(kernel, loop, target, results[target], want, known)
+                got = kernel(*args, target=target)
+            results[target] = tuple(np.asarray(g) for g in (got if kernel.nout > 1 else (got,)))
+            for output, (g, want) in enumerate(zip(results[target], wants)):
+                assert_matches(kernel, loop, target, g, want, known, output)
         assert_targets_agree(kernel, results)
 
     check.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]

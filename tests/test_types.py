@@ -170,13 +170,6 @@ def test_types_lists_every_loop_in_selection_order():
     assert types_less.types == ["ll->?", "dd->?"]
 
 
-def test_several_outputs_of_an_elementwise_kernel_are_refused_at_definition():
-    """Numba's @vectorize fails on them at call time, in a raw NumbaNotImplementedError."""
-    message = r"kernel 'types_pair'.*returns 2.*layout='\(\)->\(\),\(\)'"
-    with pytest.raises(gf.KernelDefinitionError, match=message):
-        gf.ufunc(signatures=["UniTuple(float64, 2)(float64)"], name="types_pair")(lambda x: (x, 2 * x))
-    assert "types_pair" not in gf.names()
-
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_gufunc_with_two_outputs_of_different_types(target, restore_registry):

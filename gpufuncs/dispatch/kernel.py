@@ -34,6 +34,7 @@ from ..targets import (
     auto_host_target,
     get_target,
 )
+from ..targets.base import library_of
 from . import axes, lazy, methods
 from .args import (
     ABSENT,
@@ -298,7 +299,7 @@ class Kernel:
         with self._compile_lock:
             found = self._compiled.get(target)
             if found is None:
-                found = self._compiled[target] = backend.compile(self.spec)
+                found = self._compiled[target] = backend.compile(self.spec.executed)
         return found
 
     def resolve_loop(self, dtypes: list[Any], dtype: Any = None, casting: str = "same_kind") -> Loop:
@@ -376,11 +377,11 @@ class Kernel:
             warnings.warn(f"{spec.name}: 'where' used without 'out', expect uninitialized memory "
                           "in the output. If this is intentional, use out=None.", UserWarning,
                           stacklevel=3)
-        plan, fresh = build_plan(spec, call, infos, outs, where)
+        plan, fresh = build_plan(spec.executed, call, infos, outs, where)
         ops = operands_for(plan, call.inputs, values, infos)
         target, executor = self._choose_target(call, ops.plan)
         if executor is None:
-            executor = get_target(target).prepare(spec, self.compiled(target), ops.plan)
+            executor = get_target(target).prepare(spec.executed, self.compiled(target), ops.plan)
         resolved = ResolvedCall(self, call, ops, target, executor,
                                 where is not None and mask is not call.where, fresh)
         return self._keep(key, call.target, resolved)
@@ -425,7 +426,7 @@ class Kernel:
         if target == "auto" and on_device:
             target = "cuda"
         elif target == "auto":
-            target, executor = auto_host_target(self.spec, plan, self.compiled)
+            target, executor = auto_host_target(self.spec.executed, plan, self.compiled)
         elif on_device and target != "cuda":
             raise ValueError(f"{self.__name__}: device arrays need target 'cuda' or 'auto', "
                              f"not {target!r} (copy them to the host first)")
@@ -451,6 +452,10 @@ class Kernel:
         if call.outs is not None:
             given["out"] = call.outs
         ufunc_like: Any = self if not call.sizes else SizedKernel(self, tuple(call.sizes.values()))
+        if self.spec.layout is None and self.nout > 1 and library_of(type(candidates[0])) == "dask":
+            # Dask runs only its own elementwise ufuncs of several outputs; as the gufunc
+            # "(),()->(),()" (what the targets run anyway) its apply_gufunc runs this one.
+            ufunc_like = SizedKernel(self, (), self.spec.executed.layout.text)
 
         def deferred() -> Any:
             return defer(self.__name__, ufunc_like, "__call__", candidates, call.inputs, given,
@@ -513,20 +518,21 @@ class DeferredCall:
 
 class SizedKernel:
     """A gufunc with its output-only core sizes bound, as handed to ``__array_ufunc__``:
-    Dask and xarray call it with the array arguments only."""
+    Dask and xarray call it with the array arguments only. ``signature``: the gufunc layout it
+    shows instead of the kernel's (an elementwise kernel of several outputs, for Dask)."""
 
-    def __init__(self, kernel: Kernel, sizes: tuple[int, ...]) -> None:
+    def __init__(self, kernel: Kernel, sizes: tuple[int, ...], signature: str | None = None) -> None:
         self.kernel, self.sizes = kernel, sizes
-        self.__name__, self.signature = kernel.__name__, kernel.signature
+        self.__name__, self.signature = kernel.__name__, signature or kernel.signature
         self.nin, self.nout, self.nargs = kernel.nin, kernel.nout, kernel.nargs
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         return self.kernel(*inputs, *self.sizes, **kwargs)
 
     def __repr__(self) -> str:
-        dims = self.kernel.spec.layout.output_only_dims
+        dims = self.kernel.spec.executed.layout.output_only_dims
         bound = ", ".join(f"{d}={n}" for d, n in zip(dims, self.sizes))
-        return f"<gpufuncs gufunc {self.__name__!r} with {bound}>"
+        return f"<gpufuncs gufunc {self.__name__!r} {self.signature!r}{' with ' if bound else ''}{bound}>"
 
 
 def _signature(spec: KernelSpec) -> inspect.Signature:

@@ -44,8 +44,12 @@ NO_VALUE: Any = np._NoValue  # NumPy's own "not given" marker for ``initial``
 
 
 def require_binary(kernel: Kernel, method: str) -> None:
-    """Raise ``TypeError`` unless ``kernel`` is elementwise with two inputs and one output."""
+    """Raise ``TypeError`` unless ``kernel`` is elementwise with two inputs, and ``ValueError``
+    (as NumPy) for a kernel of several outputs, which only ``outer`` takes."""
     spec = kernel.spec
+    if spec.nout > 1 and method != "outer":  # NumPy's own error, for np.divmod.reduce too
+        raise ValueError(f"{kernel.__name__}.{method} is available only for kernels returning a "
+                         f"single value; it returns {spec.nout}")
     if spec.layout is not None:
         why = f"it is a generalized kernel with layout {spec.layout.text!r}"
     elif spec.nin != 2:

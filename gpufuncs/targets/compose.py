@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import KernelCompileError
-from ..spec import kernel_spec
+from ..spec import KernelSpec, kernel_spec
 from .cpu.cache import attribute_paths, global_names
 
 #: Module globals every copy keeps besides those its code reads (what Python and tools expect of
@@ -164,3 +164,37 @@ class Copies:
             finally:
                 self._copying.discard(id(original))
             return copy
+
+
+def compiled_body(spec: KernelSpec, prepare: Callable[[types.FunctionType], types.FunctionType],
+                  jit: Callable[[Any], Any]) -> types.FunctionType:
+    """The Python function a target compiles as ``spec``'s scalar function.
+
+    ``prepare(spec.pyfunc)`` (the target's copy: see :func:`rebind`); for an elementwise kernel
+    of several outputs, run as its gufunc form (see :meth:`KernelSpec.executed`), a function of
+    the inputs and the one-element outputs that calls ``jit`` of that copy and stores each value
+    it returns into its output (:func:`storing_results`).
+    """
+    body = prepare(spec.pyfunc)
+    if not spec.tuple_results:
+        return body
+    return storing_results(jit(body), spec.nin, spec.nout, body.__qualname__)
+
+
+def storing_results(func: Any, nin: int, nout: int, qualname: str) -> types.FunctionType:
+    """``def f(x0, .., out0, ..): results = func(x0, ..); out0[0] = results[0]; ..``.
+
+    Made from source text: Numba compiles a ufunc's entry point (Numba's own gufunc objects take
+    this function as theirs) for an exact number of parameters, refusing ``*args`` ("Signature
+    mismatch"), and Python makes a function of a given arity only from source or bytecode. The
+    text holds nothing but generated names; ``func`` is the one global it reads.
+    """
+    inputs = ", ".join(f"x{i}" for i in range(nin))
+    outputs = ", ".join(f"out{k}" for k in range(nout))
+    lines = [f"def store({inputs}, {outputs}):", f"    results = func({inputs})",
+             *(f"    out{k}[0] = results[{k}]" for k in range(nout))]
+    scope: dict[str, Any] = {"func": func, "__name__": __name__}
+    exec(compile("\n".join(lines), f"<gpufuncs results of {qualname}>", "exec"), scope)
+    store = scope["store"]
+    store.__qualname__ = f"{qualname}.results"
+    return store

@@ -45,6 +45,7 @@ from ..base import (
     overlap_guard,
     read_before_write,
 )
+from ..compose import compiled_body
 from . import auto, cache, loops, vecmath
 from .layers import GUARD
 from .vecmath import with_vector_math
@@ -64,12 +65,12 @@ def auto_host_target(auto_target: auto.AutoTarget, spec: KernelSpec, plan: Plan,
 
 
 # -- compiling ------------------------------------------------------------------------------------
-def _numba_object(spec: KernelSpec, target: str, loops: tuple[Loop, ...]) -> Any:
+def _numba_object(spec: KernelSpec, target: str, declared: tuple[Loop, ...]) -> Any:
     # Built from the same vector-math copy as the flat loops (so that both paths agree bit for
     # bit), and without Numba's disk cache: it keys entries by bytecode, which the copy shares
     # with the original function (see vecmath.with_vector_math).
-    pyfunc = with_vector_math(spec.pyfunc)
-    sigs = [loop.signature for loop in loops]
+    pyfunc = compiled_body(spec, with_vector_math, numba.njit(**loops.options()))
+    sigs = [loop.signature for loop in declared]
     opts = {"target": target, "cache": False, "nopython": True}
     if spec.layout is None:
         return numba.vectorize(sigs, identity=_numba_identity(spec.identity), **opts)(pyfunc)
@@ -161,11 +162,16 @@ class CpuKernel:
         ``math`` functions replaced by ones that vectorize (see :mod:`.vecmath`). An elementwise
         kernel's is inlined into the loops (:func:`.loops.inline_into_loops`)."""
         if self._scalar is None:
-            copy = with_vector_math(self.spec.pyfunc)
             key = _kernel_key(self.spec)
-            if key is not None:  # it is linked into the cached loops: see cache.name_after
-                cache.name_after(copy, key)
-            self._scalar = numba.njit(**loops.options())(copy)
+
+            def prepare(pyfunc: Any) -> Any:
+                copy = with_vector_math(pyfunc)
+                if key is not None:  # it is linked into the cached loops: see cache.name_after
+                    cache.name_after(copy, key)
+                return copy
+
+            jit = numba.njit(**loops.options())
+            self._scalar = jit(compiled_body(self.spec, prepare, jit))
         return self._scalar
 
     def numba_object(self, serial: bool = False, loop: Loop | None = None) -> Any:
@@ -285,8 +291,8 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
     order = "F" if plan.order == "F" and len(plan.loop_shape) > 1 else "C"
     if spec.layout is not None:
         order = "C"
-    if plan.loop.runs is not None or (spec.layout is None and spec.nout > 1):
-        return None  # float16 loops; elementwise kernels of several outputs (Numba's ufunc)
+    if plan.loop.runs is not None:
+        return None  # float16 loops
     # Arrays of the loop's dtypes only: each combination of argument types is a compilation,
     # and NumPy's casting machinery serves the rarer mixed-dtype calls well enough.
     arrays = []

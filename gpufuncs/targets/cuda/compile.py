@@ -20,9 +20,10 @@ from numba.np.numpy_support import from_dtype
 from ...errors import CudaCompileError
 from ...spec import KernelSpec, Loop
 from ..base import compiling
+from ..compose import compiled_body
 from ..cpu.cache import dependency_digest
 from .compat import SIMULATED, keyed_cache, loaded_kernel
-from .compose import device_function, for_device
+from .compose import DEVICE_OPTIONS, device_function, for_device, kernel_device_function
 from .kernels import gufunc_kernel, ufunc_kernel
 from .runtime import BLOCK, Runtime
 
@@ -50,7 +51,7 @@ class CudaKernels:
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
         # Kernels and @njit helpers the body calls become device functions too (see .compose).
-        self.device_function = device_function(spec.pyfunc)
+        self.device_function = kernel_device_function(spec)
         self._dispatchers: dict[tuple[str, int], Any] = {}
         self._launchable: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self._lock = threading.Lock()
@@ -164,7 +165,8 @@ def numba_object(spec: KernelSpec) -> Any:
         if spec.layout is None:
             return numba.vectorize(sigs, target="cuda")(for_device(spec.pyfunc))
         if not spec.layout.output_only_dims:
-            return numba.guvectorize(sigs, spec.layout.text, target="cuda")(for_device(spec.pyfunc))
+            body = compiled_body(spec, for_device, cuda.jit(**DEVICE_OPTIONS))
+            return numba.guvectorize(sigs, spec.layout.text, target="cuda")(body)
         return _guvectorize_with_size_input(spec)
     except Exception as exc:
         raise CudaCompileError(f"kernel {spec.name!r}: Numba's CUDA ufunc object failed to "

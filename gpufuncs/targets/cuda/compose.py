@@ -15,8 +15,8 @@ from typing import Any
 from numba import cuda
 from numba.core.registry import CPUDispatcher
 
-from ...spec import kernel_spec
-from ..compose import Copies, rebind
+from ...spec import KernelSpec, kernel_spec
+from ..compose import Copies, compiled_body, rebind
 from .compat import SIMULATED
 
 #: ``cuda.jit`` options of every device function (the simulator takes no ``forceinline``).
@@ -32,6 +32,13 @@ def for_device(pyfunc: types.FunctionType) -> types.FunctionType:
 def device_function(pyfunc: types.FunctionType) -> Any:
     """The ``cuda.jit`` device function of :func:`for_device` of ``pyfunc``."""
     return cuda.jit(**DEVICE_OPTIONS)(for_device(pyfunc))
+
+
+def kernel_device_function(spec: KernelSpec) -> Any:
+    """The device function a kernel's CUDA kernels call: :func:`device_function` of its scalar
+    function, or of the function storing its several results (see
+    :func:`~gpufuncs.targets.compose.compiled_body`)."""
+    return cuda.jit(**DEVICE_OPTIONS)(compiled_body(spec, for_device, cuda.jit(**DEVICE_OPTIONS)))
 
 
 def _swapped(value: Any) -> Any:
