@@ -1,14 +1,16 @@
 """Integer and complex kernels against NumPy (host) and CuPy's ``ElementwiseKernel`` (GPU).
 
-``python -m benchmarks.bench_types`` times, at each n, an int64 kernel ``a * b + c`` and a
-complex128 kernel ``z * z + c`` (every operand an array of n elements):
+``python -m benchmarks.bench_types`` times, at each n, an int64 kernel ``a * b + c``, a
+complex128 kernel ``z * z + c``, and two kernels of two outputs, ``divmod`` on int64 and ``modf``
+on float64 (every operand an array of n elements):
 
 * on the host, the call with ``target="auto"`` (and ``cpu``, ``parallel``) against the same
   NumPy expression, interleaved (:func:`harness.measure_pair`); saved as ``results/types.*``
   (``--name`` to change it: ``types-16core``);
-* with ``--gpu``, on CuPy arrays, against a CuPy ``ElementwiseKernel`` of the same formula, one
-  call followed by a synchronize and a pipeline of calls then one synchronize (both interleaved
-  with CuPy's); saved as ``results/types-<gpu>.*``.
+* with ``--gpu``, on CuPy arrays, against a CuPy ``ElementwiseKernel`` of the same formula
+  (``cupy.divmod`` and ``cupy.modf`` for the two-output kernels), one call followed by a
+  synchronize and a pipeline of calls then one synchronize (both interleaved with CuPy's);
+  saved as ``results/types-<gpu>.*``.
 
 Ratios are gpufuncs' time over the reference's: below 1 is faster.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -44,12 +47,30 @@ def bench_complex_square_add(z, c):
     return z * z + c
 
 
-#: (label, kernel, numpy dtype, NumPy expression, CuPy in_params/out_params/operation).
-CASES: tuple[tuple[str, Any, Any, Callable[..., Any], tuple[str, str, str]], ...] = (
+@gf.ufunc(signatures=["UniTuple(int64, 2)(int64, int64)"], reference=np.divmod,
+          name="bench_divmod", replace=True)
+def bench_divmod(a, b):
+    return divmod(a, b)
+
+
+@gf.ufunc(signatures=["UniTuple(float64, 2)(float64)"], reference=np.modf, name="bench_modf",
+          replace=True)
+def bench_modf(x):
+    if not abs(x) < 4503599627370496.0:  # 2**52: integral already, infinite or NaN
+        return (x if math.isnan(x) else math.copysign(0.0, x)), x
+    whole = math.copysign(float(int(abs(x))), x)
+    return math.copysign(x - whole, x), whole
+
+
+#: (label, kernel, numpy dtype, NumPy expression, the CuPy reference: ElementwiseKernel
+#: in_params/out_params/operation, or the name of a CuPy ufunc).
+CASES: tuple[tuple[str, Any, Any, Callable[..., Any], tuple[str, str, str] | str], ...] = (
     ("int64 a*b+c", bench_int_muladd, np.int64, lambda a, b, c: a * b + c,
      ("int64 a, int64 b, int64 c", "int64 y", "y = a * b + c")),
     ("complex128 z*z+c", bench_complex_square_add, np.complex128, lambda z, c: z * z + c,
      ("complex128 z, complex128 c", "complex128 y", "y = z * z + c")),
+    ("int64 divmod", bench_divmod, np.int64, np.divmod, "divmod"),
+    ("float64 modf", bench_modf, np.float64, np.modf, "modf"),
 )
 
 
@@ -57,8 +78,10 @@ def _inputs(kernel: Any, dtype: Any, n: int, xp: Any = np) -> tuple[Any, ...]:
     rng = np.random.default_rng(0)
     if np.dtype(dtype).kind == "c":
         values = [rng.standard_normal(n) + 1j * rng.standard_normal(n) for _ in range(kernel.nin)]
-    else:
-        values = [rng.integers(-1000, 1000, n) for _ in range(kernel.nin)]
+    elif np.dtype(dtype).kind == "f":
+        values = [rng.standard_normal(n) * 100 for _ in range(kernel.nin)]
+    else:  # odd: no division by zero
+        values = [rng.integers(-1000, 1000, n) | 1 for _ in range(kernel.nin)]
     return tuple(xp.asarray(v.astype(dtype)) for v in values)
 
 
@@ -87,11 +110,15 @@ def gpu_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
 
     sync = cp.cuda.get_current_stream().synchronize
     rows = []
-    for label, kernel, dtype, _, (ins, outs, operation) in CASES:
-        reference = cp.ElementwiseKernel(ins, outs, operation, f"bench_{kernel.__name__}")
+    for label, kernel, dtype, _, cupy_reference in CASES:
+        if isinstance(cupy_reference, str):
+            reference = getattr(cp, cupy_reference)
+        else:
+            reference = cp.ElementwiseKernel(*cupy_reference, f"bench_{kernel.__name__}")
         for n in sizes:
             args = _inputs(kernel, dtype, n, cp)
-            np.testing.assert_allclose(cp.asnumpy(kernel(*args)), cp.asnumpy(reference(*args)),
+            on_host = lambda r: tuple(map(cp.asnumpy, r)) if isinstance(r, tuple) else cp.asnumpy(r)  # noqa: E731
+            np.testing.assert_allclose(on_host(kernel(*args)), on_host(reference(*args)),
                                        rtol=1e-12, atol=1e-12)
             ours, theirs = functools.partial(kernel, *args), functools.partial(reference, *args)
             each = measure_pair(ours, theirs, sync=sync, repeat=201)
