@@ -46,7 +46,8 @@ from ..base import (
     read_before_write,
 )
 from ..compose import compiled_body
-from . import auto, cache, loops, vecmath
+from ..fpstatus import report
+from . import auto, cache, fpflags, loops, vecmath
 from .layers import GUARD
 from .vecmath import with_vector_math
 
@@ -122,7 +123,7 @@ def _kernel_key(spec: KernelSpec) -> str | None:
 def _cache_key(spec: KernelSpec, loop: Loop) -> str | None:
     """The flat loops' disk-cache key for ``spec``'s ``loop`` (see :func:`_kernel_key`)."""
     key = _kernel_key(spec)
-    return None if key is None else f"{key}:{loop.types}"
+    return None if key is None else f"{key}:{loop.types}:{fpflags.cache_tag()}"
 
 
 def _scalar_argtypes(spec: KernelSpec, loop: Loop) -> tuple[Any, ...]:
@@ -358,19 +359,33 @@ def _elementwise(plan: Plan) -> bool:
     return not any(plan.cores)
 
 
-def _checked(spec: KernelSpec, threaded: Callable[..., int]) -> Callable[..., None]:
-    """A parallel flat loop that raises where it returns an element (see :func:`.loops.ufunc_loops`:
-    the kernel raised on a thread, and not when run again on that element's values)."""
+def _checked(spec: KernelSpec, threaded: Callable[..., int]) -> Callable[..., int]:
+    """A parallel flat loop that returns its floating-point status, and raises where it
+    returns an element too (see :func:`.loops.ufunc_loops`: the kernel raised on a thread, and
+    not when run again on that element's values)."""
+    low = (1 << fpflags.STATUS_BITS) - 1
 
-    def run(*args: Any) -> None:
-        found = threaded(*args)
-        if found >= 0:
+    def run(*args: Any) -> int:
+        result = threaded(*args)
+        if result > low:
             raise RuntimeError(
                 f"kernel {spec.name!r} raised an exception on a thread of target 'parallel' at "
-                f"loop element {found}, and none when run again on the same values: a kernel's "
-                "result must depend on its arguments only")
+                f"loop element {(result >> fpflags.STATUS_BITS) - 1}, and none when run again "
+                "on the same values: a kernel's result must depend on its arguments only")
+        return result & low
 
     return run
+
+
+def _report(spec: KernelSpec, raw: int, inputs: Any, cores: tuple[int, ...],
+            rerun: Callable[[tuple[Any, ...]], int]) -> None:
+    """Report the status ``raw`` (the C library's bits) that a flat loop returned for
+    ``inputs`` through NumPy's error handling; ``rerun(inputs)`` runs the same loop again into
+    scratch outputs and returns its status (for :func:`.fpflags.refine`)."""
+    def refine(status: int) -> int:
+        return fpflags.refine(lambda ins: fpflags.TO_NUMPY[rerun(ins)], tuple(inputs), cores, status)
+
+    report(fpflags.TO_NUMPY[raw], spec.name, refine)
 
 
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
@@ -388,32 +403,50 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
         run = compiled.compile_loop(loop, (out_type, _numba_args(plan)))
 
     guard = overlap_guard(plan)
+    cores = (0,) * spec.nin
     if not ints and not transposed and plan.where is None:
+        def rerun(inputs: tuple[Any, ...]) -> int:
+            return run(np.empty(shape, dtype), inputs)
+
         def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
                 out = np.empty(shape, dtype)
-                run(out, inputs)
+                raw = run(out, inputs)
+                if raw:
+                    _report(spec, raw, inputs, cores, rerun)
                 return (out,)
-            run(outs[0], guard(inputs, outs))
+            inputs = guard(inputs, outs)
+            raw = run(outs[0], inputs)
+            if raw:
+                _report(spec, raw, inputs, cores, rerun)
             return outs
 
         return execute
 
     if not ints and not transposed and plan.outs is not None:
         def execute_masked(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-            run(outs[0], mask_before_write(where, outs), guard(inputs, outs))
+            where, inputs = mask_before_write(where, outs), guard(inputs, outs)
+            raw = run(outs[0], where, inputs)
+            if raw:
+                _report(spec, raw, inputs, cores, lambda ins: run(np.empty(shape, dtype), where, ins))
             return outs
 
         return execute_masked
+
+    def compute(args: list[Any], out: np.ndarray, masks: tuple[Any, ...]) -> int:
+        if transposed:
+            out, masks, args = out.T, tuple(m.T for m in masks), [getattr(a, "T", a) for a in args]
+        return run(out, *masks, tuple(args))
 
     def execute_general(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         args = _loop_args(inputs, outs, ints)
         out = outs[0] if outs is not None else np.empty(shape, dtype, order=order)
         masks = () if where is True else (mask_before_write(where, (out,)),)
-        if transposed:
-            out, masks, args = out.T, tuple(m.T for m in masks), [getattr(a, "T", a) for a in args]
-        run(out, *masks, tuple(args))
-        return outs if outs is not None else (out if not transposed else out.T,)
+        raw = compute(args, out, masks)
+        if raw:
+            _report(spec, raw, args, cores,
+                    lambda ins: compute(list(ins), np.empty(shape, dtype, order=order), masks))
+        return outs if outs is not None else (out,)
 
     return execute_general
 
@@ -442,6 +475,11 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         run = _checked(spec, run)
 
     elementwise = _elementwise(plan)
+    cores = plan.cores[: spec.nin]
+
+    def scratch() -> tuple[np.ndarray, ...]:
+        return tuple(np.empty(r, d) for r, d in zip(out_rows, dtypes))
+
     if not ints and not any(rows) and out_rows == list(plan.out_shapes):
         guard = overlap_guard(plan, elementwise)
 
@@ -450,10 +488,10 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
                 outs = tuple(np.empty(shape, d) for shape, d in zip(plan.out_shapes, dtypes))
             else:
                 inputs = guard(inputs, outs)
-            if where is True:
-                run(outs, inputs)
-            else:
-                run(outs, mask_before_write(where, outs), inputs)
+            masks = () if where is True else (mask_before_write(where, outs),)
+            raw = run(outs, *masks, inputs)
+            if raw:
+                _report(spec, raw, inputs, cores, lambda ins: run(scratch(), *masks, ins))
             return outs
 
         return execute_flat
@@ -466,7 +504,10 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
             if shape is not None:
                 args[i] = args[i].reshape(shape)
         shaped = tuple(o if o.shape == r else o.reshape(r) for o, r in zip(outs, out_rows))
-        run(shaped, *(() if where is True else (mask_before_write(where, outs),)), tuple(args))
+        masks = () if where is True else (mask_before_write(where, outs),)
+        raw = run(shaped, *masks, tuple(args))
+        if raw:
+            _report(spec, raw, args, cores, lambda ins: run(scratch(), *masks, ins))
         return tuple(outs)
 
     return execute

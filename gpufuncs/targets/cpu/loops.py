@@ -22,6 +22,11 @@ kernel once more on the first element that failed, in order (the one a serial lo
 stopped at: earlier chunks ran through, and nothing has written that element or its inputs),
 with the serial loop, on the caller's thread: the kernel's own exception, type and message,
 propagates as on ``cpu``.
+
+Every loop clears the floating-point status before its elements and returns what it reads
+after them (:mod:`.fpflags`); a parallel loop's chunks each read their own thread's status, and
+the loop returns them OR-ed. The executors report a non-zero status through NumPy's
+:func:`numpy.errstate` handling.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from numba import prange, types
 from numba.extending import intrinsic, overload
 
 from . import cache
+from .fpflags import STATUS_BITS, clear_status, read_status
 
 #: The parallel loops cut their work into at most this many contiguous chunks (Numba hands each
 #: thread a run of them; several per thread balance the load on up to 16 or so threads), of at
@@ -99,6 +105,17 @@ def chunks(rows: int, row_size: int) -> int:
     not Numba's thread count: reading that makes a function uncacheable)."""
     per_chunk = max(1, MIN_CHUNK // max(1, row_size))
     return max(1, min(MAX_CHUNKS, rows // per_chunk))
+
+
+@numba.njit(nogil=True)
+def combined(status: Any, failed: int) -> int:
+    """The parallel loops' result: every chunk's floating-point status (OR-ed, below bit
+    :data:`.fpflags.STATUS_BITS`) and, above it, 1 + the element that raised nothing when run
+    again (0: none; see :func:`ufunc_loops`)."""
+    flags = 0
+    for s in status:
+        flags |= s
+    return flags | ((failed + 1) << STATUS_BITS)
 
 
 @numba.njit(nogil=True)
@@ -227,39 +244,46 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     vectorizes the same way). Arrays are C-contiguous of the output's shape (any number of
     dimensions: the loops see them flat). ``key`` keys their disk cache (``None``: none).
 
-    ``parallel`` raises the kernel's exception from the first element that raised (see the
-    module docstring) and returns ``-1``; it returns that element's index if running it again
-    raised nothing (a kernel whose result is not a function of its arguments).
+    Each returns the floating-point status its run raised (see :mod:`.fpflags`; on
+    ``parallel``, every chunk's, read on its thread). ``parallel`` raises the kernel's exception
+    from the first element that raised (see the module docstring); if running that element
+    again raised nothing (a kernel whose result is not a function of its arguments), it
+    returns 1 + its index as well, above the status (see :func:`combined`).
     """
     vectors = wide_vectors if wide else default_vectors
     key = key if key is None or wide else f"{key}:narrow"
 
     def body(out, *args):
         vectors()
+        clear_status()
         for i in range(out.size):
             out[i] = scalar(*elements(args, i, cast))
+        return read_status()
 
     serial = _jit(body, key)
 
     def loop(out, *args):
-        serial(out.reshape(out.size), *flat(args))
+        return serial(out.reshape(out.size), *flat(args))
 
     def masked(out, where, *args):
         vectors()
+        clear_status()
         out, where, args = out.reshape(out.size), where.reshape(where.size), flat(args)
         for i in range(out.size):
             if where[i]:
                 out[i] = scalar(*elements(args, i, cast))
+        return read_status()
 
     def guarded_body(out, *args):
         vectors()
+        clear_status()
         i = 0
         try:
             for i in range(out.size):
                 out[i] = scalar(*elements(args, i, cast))
         except Exception:  # raised again on the caller's thread: see the module docstring
-            return i
-        return -1
+            return i, 0
+        return -1, read_status()
 
     guarded = _jit(guarded_body, key)
 
@@ -268,14 +292,16 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
         n = out.size
         pieces = chunks(n, 1)
         failed = np.empty(pieces, np.int64)
+        status = np.zeros(pieces, np.int64)
         for c in prange(pieces):
             lo, hi = c * n // pieces, (c + 1) * n // pieces
-            i = guarded(out[lo:hi], *sliced(args, lo, hi))
+            i, flags = guarded(out[lo:hi], *sliced(args, lo, hi))
+            status[c] = flags
             failed[c] = i if i < 0 else lo + i
         j = first_failure(failed)
         if j >= 0:
             serial(out[j:j + 1], *sliced(args, j, j + 1))
-        return j
+        return combined(status, j)
 
     return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
 
@@ -292,23 +318,28 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
     """
 
     def body(outs, *args):
+        clear_status()
         for i in range(outs[0].shape[0]):
             scalar(*(elements(args, i, cast) + rows(outs, i)))
+        return read_status()
 
     def masked(outs, where, *args):
+        clear_status()
         where = where.reshape(where.size)
         for i in range(outs[0].shape[0]):
             if where[i]:
                 scalar(*(elements(args, i, cast) + rows(outs, i)))
+        return read_status()
 
     def guarded_body(outs, *args):
+        clear_status()
         i = 0
         try:
             for i in range(outs[0].shape[0]):
                 scalar(*(elements(args, i, cast) + rows(outs, i)))
         except Exception:  # raised again on the caller's thread: see the module docstring
-            return i
-        return -1
+            return i, 0
+        return -1, read_status()
 
     serial, guarded = _jit(body, key), _jit(guarded_body, key)
 
@@ -316,13 +347,15 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
         n = outs[0].shape[0]
         pieces = chunks(n, outs[0].size // max(1, n))
         failed = np.empty(pieces, np.int64)
+        status = np.zeros(pieces, np.int64)
         for c in prange(pieces):
             lo, hi = c * n // pieces, (c + 1) * n // pieces
-            i = guarded(sliced(outs, lo, hi), *sliced(args, lo, hi))
+            i, flags = guarded(sliced(outs, lo, hi), *sliced(args, lo, hi))
+            status[c] = flags
             failed[c] = i if i < 0 else lo + i
         j = first_failure(failed)
         if j >= 0:
             serial(sliced(outs, j, j + 1), *sliced(args, j, j + 1))
-        return j
+        return combined(status, j)
 
     return serial, _jit(masked, key), _jit(parallel, key, parallel=True)

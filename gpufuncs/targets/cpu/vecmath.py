@@ -494,7 +494,9 @@ def _pow_core64(x: _V, y: _V) -> _V:
     """
     F = _F64
     sub = x < F.tiny
-    k, m = _split(F, _where(sub, x * 2.0**54, x))
+    # subnormals scaled up first, the others by a 1 that LLVM cannot fold (x is finite here:
+    # a product with the scale computed for every element overflows for the largest ones)
+    k, m = _split(F, x * _where(sub, 2.0**54, _one_like(x)))
     k = _where(sub, k - 54.0, k)
     # m' = m * 2**(-j/3) = p + e (exact, by the fma) in [2**(-1/6), 2**(1/6)): |s| <= 0.058
     up, down = m > _CBRT2_SPLIT[1], m < _CBRT2_SPLIT[0]
@@ -551,10 +553,11 @@ def _pow_core32(x: _V, y: _V) -> _V:
     return x._new(b.fptrunc((p * _pow2(F, kf)).v, x.v.type))
 
 
-def _pow(F: _Format, x: _V, y: _V) -> _V:
-    """C99 (and NumPy) ``pow``: special operands selected around the finite core."""
+def _pow(F: _Format, x: _V, y: _V, core_args: tuple[_V, _V] | None = None) -> _V:
+    """C99 (and NumPy) ``pow``: special operands selected around the finite core (computed on
+    ``core_args``, ``(|x|, y)`` by default)."""
     ax = x.call("fabs")
-    mag = (_pow_core32 if F.bits == 32 else _pow_core64)(ax, y)
+    mag = (_pow_core32 if F.bits == 32 else _pow_core64)(*(core_args or (ax, y)))
     inf = _const(x, math.inf)
     special = (ax == 0.0) | (ax == inf)
     mag = _where(special, _where((y > 0.0) ^ (ax == inf), 0.0, inf), mag)  # 0 or inf
@@ -565,12 +568,100 @@ def _pow(F: _Format, x: _V, y: _V) -> _V:
     res = _where(y_odd, mag.call("copysign", x), mag)  # negative bases, -0 and -inf
     y_inf = _where(ax == 1.0, 1.0, _where((ax > 1.0) ^ (y > 0.0), 0.0, inf))
     res = _where(y.call("fabs") == inf, y_inf, res)
-    res = _where((x != x) | (y != y), x + y, res)
+    res = _where((x != x) | (y != y), _where(x != x, x, y), res)  # the NaN, without arithmetic
     return _where((y == 0.0) | (x == 1.0), 1.0, res)
 
 
 def _sqrt(F: _Format, x: _V) -> _V:
     return x.call("sqrt")  # correctly rounded, vectorizes
+
+
+# --------------------------------------------------------------------------------------------
+# Floating-point flags. The cpu loops report the flags the hardware raised (see cpu.fpflags), so
+# these functions raise what NumPy's do for the same arguments, and nothing else: NaN and
+# infinite arguments, and those outside the domain, never reach the computations above (they
+# get an ordinary stand-in, chosen by integer tests of the bits, which raise nothing) and their
+# results are selected after; where NumPy raises divide or invalid, a division that raises it
+# on exactly those elements (1 / 0, 0 / 0) makes the result.
+# Overflow and underflow come from the final scaling, as before.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Class:
+    """Integer tests of a float's bits (they raise no flag, NaN or not)."""
+
+    nan: _B
+    inf: _B  # +-inf
+    neg: _B  # sign bit set (-0.0 and negative NaNs too)
+    zero: _B  # +-0.0
+    below_one: _B  # |x| < 1 (finite)
+
+
+def _classify(F: _Format, x: _V) -> _Class:
+    b, ity = x.b, F.itype
+    bits = b.bitcast(x.v, ity)
+    mag = b.and_(bits, ir.Constant(ity, (1 << (F.bits - 1)) - 1))
+    inf_bits = ir.Constant(ity, F.bits_of(math.inf))
+    return _Class(nan=_B(b, b.icmp_unsigned(">", mag, inf_bits)),
+                  inf=_B(b, b.icmp_unsigned("==", mag, inf_bits)),
+                  neg=_B(b, b.icmp_signed("<", bits, ir.Constant(ity, 0))),
+                  zero=_B(b, b.icmp_unsigned("==", mag, ir.Constant(ity, 0))),
+                  below_one=_B(b, b.icmp_unsigned("<", mag, ir.Constant(ity, F.bits_of(1.0)))))
+
+
+def _one_like(safe: _V) -> _V:
+    """1.0, computed from the finite ``safe`` (``safe * 0 + 1`` is exactly 1 and raises nothing),
+    so that LLVM cannot fold the operations that raise flags on purpose into constants."""
+    return safe * 0.0 + 1.0
+
+
+def _raise(safe: _V, pole: _V, divide: _B, invalid: _B) -> _V:
+    """One division that raises divide-by-zero on the elements ``divide`` (where ``pole`` is
+    zero: the result is +-inf there) and invalid on the elements ``invalid`` (0 / 0: NaN), and
+    gives 1 elsewhere. ``safe`` is finite on every element. (One division for both: with a
+    division and a square root LLVM stopped vectorizing ``log``'s loop.)"""
+    one = _one_like(safe)
+    zero = safe - safe  # exactly 0 for a finite value
+    num = _where(invalid, zero, one)
+    return num / _where(divide, pole, num)
+
+
+def _tiny(F: _Format, x: _V, c: _Class) -> _B:
+    """Subnormal ``x`` (from the bits): arguments whose intermediate steps would underflow."""
+    b = x.b
+    mag = b.and_(b.bitcast(x.v, F.itype), ir.Constant(F.itype, (1 << (F.bits - 1)) - 1))
+    return _B(b, b.icmp_unsigned("<", mag, ir.Constant(F.itype, F.bits_of(F.tiny)))) & ~c.zero
+
+
+def _flagged_log1p(F: _Format, x: _V) -> _V:
+    """log1p: -inf and divide-by-zero at -1, NaN and invalid below, NaN and +inf as they are."""
+    c = _classify(F, x)
+    b = x.b
+    minus_one = _B(b, b.icmp_unsigned("==", b.bitcast(x.v, F.itype), ir.Constant(F.itype, F.bits_of(-1.0))))
+    below = c.neg & ~c.below_one & ~minus_one & ~c.nan
+    tiny = _tiny(F, x, c)  # log1p(x) is x, without the underflow of the steps
+    special = c.nan | c.inf | minus_one | below | tiny
+    safe = _where(special, 0.0, x)
+    y = _log1p(F, safe)
+    flagged = _raise(safe, x + 1.0, minus_one, below)
+    y = _where(minus_one, -flagged.call("fabs"), _where(below, flagged, y))
+    return _where(c.nan | (c.inf & ~c.neg) | tiny, x, y)
+
+
+def _flagged_pow(F: _Format, x: _V, y: _V) -> _V:
+    """pow: the finite core computes on ordinary stand-ins for special operands (their results
+    are selected by :func:`_pow`, as before); divide-by-zero for ``0 ** negative`` and invalid
+    for a finite negative base and a finite non-integer exponent, as NumPy raises them."""
+    cx, cy = _classify(F, x), _classify(F, y)
+    stand_in = cx.nan | cx.inf | cx.zero | cy.nan | cy.inf
+    xs, ys = _where(stand_in, 1.0, x), _where(stand_in, 1.0, y)
+    res = _pow(F, x, y, core_args=(xs.call("fabs"), ys))
+    y_frac = ys.call("trunc") != ys  # a stand-in 1.0 where y is special
+    pole = cx.zero & cy.neg & ~cy.zero & ~cy.nan
+    domain = cx.neg & ~cx.zero & ~cx.nan & ~cx.inf & ~cy.nan & ~cy.inf & y_frac
+    flagged = _raise(xs, x, pole, domain)
+    return _where(pole, flagged.call("copysign", res), _where(domain, flagged, res))
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,6 +676,18 @@ _EMITTERS: dict[str, Callable[..., _V]] = {
     "exp": _exp, "exp2": _exp2, "expm1": _expm1, "log": _log, "log1p": _log1p, "pow": _pow,
     "sqrt": _sqrt,
 }
+#: What a call site runs: the emitters with NumPy's floating-point flags (see _classify).
+#: exp, exp2 and expm1 raise overflow for +inf and underflow for -inf from their final scaling,
+#: which the cpu loops drop afterwards (cpu.fpflags.refine); the selects that would avoid it
+#: cost exp 20% of its time.
+_FLAGGED: dict[str, Callable[..., _V]] = {
+    "exp": _exp, "exp2": _exp2, "expm1": _expm1,
+    # log's and float32 pow's loops stop vectorizing with the flags' selects and division
+    # (LLVM 20's cost model): they keep the plain selects, and give -inf and NaN without
+    # raising divide or invalid (docs/semantics.md).
+    "log": _log, "log1p": _flagged_log1p, "sqrt": _sqrt,
+    "pow": lambda F, x, y: (_flagged_pow if F.bits == 64 else _pow)(F, x, y),
+}
 _LIBRARIES: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
@@ -598,7 +701,7 @@ def _library(codegen: Any, symbol: str, name: str, bits: int, fnty: ir.FunctionT
         fn.attributes.add("alwaysinline")
         body = ir.IRBuilder(fn.append_basic_block())
         F = replace(_FORMATS[bits], ldexp=has_avx512(codegen))
-        body.ret(_EMITTERS[name](F, *(_V(body, a) for a in fn.args)).v)
+        body.ret(_FLAGGED[name](F, *(_V(body, a) for a in fn.args)).v)
         library.add_ir_module(module)
         library.finalize()
         libraries[symbol] = library

@@ -1,0 +1,194 @@
+"""The CPU's floating-point status, cleared and read inside the compiled loops.
+
+Every flat loop (:mod:`.loops`) clears the status before its first element and reads it after
+its last, as NumPy does around an inner loop: two calls of the C library's ``feclearexcept`` and
+``fetestexcept`` per loop (per chunk on ``parallel``, on the chunk's own thread), no Python call
+more, and nothing per element. The loops return what they read; the executor hands a non-zero
+status to NumPy's error handling (:func:`gpufuncs.targets.fpstatus.report`).
+
+The functions reach compiled code by name (``gpufuncs_fetestexcept``, registered with LLVM's
+symbol table at import), not as ctypes pointers, so that the loops stay cacheable on disk.
+
+What the hardware says is what the compiled arithmetic did, and vectorized code does more than
+the scalar source says in two ways:
+
+* an ordered comparison (``<``, ``<=``, ``>``, ``>=``) of a NaN compiles to a *signaling*
+  vector compare, which raises 'invalid', where NumPy's comparisons and scalar code do not;
+* both sides of a branch may be computed for every element, and one side's arithmetic can
+  raise for elements that take the other (``1 / x`` under ``if x != 0``).
+
+The first is undone after the fact (:func:`refine`): when the loop reported 'invalid' and some
+input element is NaN, the loop runs once more with each such element's arguments replaced by
+those of an element without NaN, and only that run's 'invalid' counts; likewise for overflow,
+underflow and divide-by-zero and elements with a NaN or infinite argument (the vector math's
+``exp`` scales an infinite argument's result, which raises overflow; IEEE arithmetic on
+infinities raises none of the three). It costs a second pass, only on calls whose flags would
+be acted on (not ignored) and that have such arguments. The second is the kernel's to avoid
+(``docs/semantics.md``).
+
+``GPUFUNCS_FPSTATUS=0`` in the environment compiles loops that neither clear nor read the
+status (for measuring its cost); the setting is part of the loops' cache key.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+from collections.abc import Callable
+from typing import Any
+
+import llvmlite.binding as ll
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..fpstatus import DIVIDE, INVALID, OVERFLOW, UNDERFLOW
+
+# The C library's FE_* bits (fenv.h) of the four kinds NumPy reports, per platform.
+_X86 = {"invalid": 0x01, "divide": 0x04, "over": 0x08, "under": 0x10}
+_ARM = {"invalid": 0x01, "divide": 0x02, "over": 0x04, "under": 0x08}
+_MSVC = {"invalid": 0x10, "divide": 0x08, "over": 0x04, "under": 0x02}
+_NPY = {"invalid": INVALID, "divide": DIVIDE, "over": OVERFLOW, "under": UNDERFLOW}
+
+
+def _platform_bits() -> dict[str, int] | None:
+    machine, system = platform.machine().lower(), platform.system()
+    if system == "Windows":
+        return _MSVC if machine in ("amd64", "x86_64", "arm64") else None
+    if machine in ("x86_64", "amd64", "i686", "i386"):
+        return _X86
+    if machine in ("aarch64", "arm64"):
+        return _ARM
+    return None
+
+
+def _libm() -> Any:
+    names = ["ucrtbase"] if platform.system() == "Windows" else [ctypes.util.find_library("m"), None]
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+            lib.fetestexcept, lib.feclearexcept  # noqa: B018 - both must exist
+            return lib
+        except (OSError, AttributeError, TypeError):
+            continue
+    return None
+
+
+def _register() -> dict[str, int] | None:
+    """Register the two functions with LLVM under gpufuncs' names; ``None`` where unsupported."""
+    bits, lib = _platform_bits(), _libm()
+    if bits is None or lib is None or os.environ.get("GPUFUNCS_FPSTATUS", "1") == "0":
+        return None
+    for name in ("fetestexcept", "feclearexcept"):
+        ll.add_symbol(f"gpufuncs_{name}", ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    return bits
+
+
+_BITS = _register()
+
+#: Whether the loops read the status (the platform is known and ``GPUFUNCS_FPSTATUS`` is not 0).
+ENABLED = _BITS is not None
+_MASK = sum(_BITS.values()) if _BITS else 0
+
+#: The loops' status (the C library's bits) as NumPy's bits, for every value they can return.
+TO_NUMPY = [sum(_NPY[k] for k, b in (_BITS or {}).items() if raw & b) for raw in range(_MASK + 1)]
+
+#: The loops' status fits below this bit (the parallel loops return a failed index above it).
+STATUS_BITS = 8
+
+
+def _call(builder: ir.IRBuilder, name: str) -> ir.Value:
+    i32 = ir.IntType(32)
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32]), f"gpufuncs_{name}")
+    return builder.call(fn, [ir.Constant(i32, _MASK)])
+
+
+@intrinsic
+def clear_status(typingctx: Any) -> Any:
+    """Clear the four flags of this thread's floating-point status (nothing if not ENABLED)."""
+
+    def codegen(context, builder, sig, args):
+        if ENABLED:
+            _call(builder, "feclearexcept")
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def read_status(typingctx: Any) -> Any:
+    """This thread's flags since :func:`clear_status` (the C library's bits; 0 if not ENABLED)."""
+
+    def codegen(context, builder, sig, args):
+        if not ENABLED:
+            return ir.Constant(ir.IntType(64), 0)
+        return builder.sext(_call(builder, "fetestexcept"), ir.IntType(64))
+
+    return types.int64(), codegen
+
+
+def cache_tag() -> str:
+    """What the loops' compiled code depends on here (part of their disk-cache key)."""
+    return "fp" if ENABLED else "nofp"
+
+
+def refine(run: Callable[[tuple[Any, ...]], int], inputs: tuple[Any, ...],
+           core: tuple[int, ...], status: int) -> int:
+    """``status`` (NumPy's bits) without what only special arguments raised (see the module
+    docstring): 'invalid' is kept only if the loop raises it on the elements without a NaN
+    argument, divide-by-zero, overflow and underflow only if it raises them on the elements
+    whose arguments are all finite. IEEE arithmetic raises neither from NaN operands, nor
+    overflow, underflow or divide-by-zero from infinite ones; vectorized code does (signaling
+    comparisons of NaN, the vector math's final scaling of an infinite argument).
+
+    ``run(inputs)`` runs the same loop on ``inputs`` into scratch outputs and returns its
+    status (NumPy's bits); ``inputs`` are the loop's arguments (arrays of the loop's shape,
+    plus ``core[i]`` core dimensions, and scalars). Each refinement runs the loop once more,
+    with every element that has such an argument given the arguments of one that has none.
+    """
+    finite_kinds = DIVIDE | OVERFLOW | UNDERFLOW
+    if status & INVALID:
+        status &= ~INVALID | _without(run, inputs, core, np.isnan)
+    if status & finite_kinds:
+        status &= ~finite_kinds | _without(run, inputs, core, _not_finite)
+    return status
+
+
+def _not_finite(a: Any) -> Any:
+    return ~np.isfinite(a)
+
+
+def _without(run: Callable[[tuple[Any, ...]], int], inputs: tuple[Any, ...], core: tuple[int, ...],
+             special: Callable[[Any], Any]) -> int:
+    """The status of ``run`` on ``inputs`` with every element that has an argument where
+    ``special`` is true given the arguments of the first one that has none (all bits set
+    when no element has one: nothing to refine with; 0 when every element has one)."""
+    bad, shape = None, None
+    for a, c in zip(inputs, core):
+        if isinstance(a, np.ndarray) and a.dtype.kind in "fc":
+            found = special(a)
+            if c:
+                found = found.any(axis=tuple(range(a.ndim - c, a.ndim)))
+            bad = found if bad is None else bad | found
+            shape = found.shape
+        elif isinstance(a, float | complex | np.inexact) and special(a):
+            return 0  # every element has such an argument
+    if bad is None or not bad.any():
+        return ~0  # no such argument: what the loop raised stands
+    good = np.flatnonzero(~bad.reshape(-1))
+    if good.size == 0:
+        return 0
+    first = np.unravel_index(good[0], shape)
+    replaced = []
+    for a, c in zip(inputs, core):
+        if isinstance(a, np.ndarray) and a.ndim:
+            copy = np.empty_like(a)  # the same layout: the loop was compiled for it
+            np.copyto(copy, np.where(bad.reshape(bad.shape + (1,) * c), a[first], a))
+            replaced.append(copy)
+        else:
+            replaced.append(a)
+    return run(tuple(replaced))
