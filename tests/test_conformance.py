@@ -22,9 +22,10 @@ kernel calling two kernels. NumPy's type resolver over exactly the kernel's loop
 builds with them) selects the loop, and NumPy's own ufunc computes it (``signature=``), or the
 Numba ufunc where NumPy has none. Left out, each with its reason in :func:`_excluded` and the
 tests at the end: ``-2**63 // -1`` (docs/semantics.md), the GPU's float remainder
-(docs/semantics.md), a NumPy bug (``where=`` with a cast, overlapping ``out=``) and the library
-bugs pinned by strict xfail tests; a complex result's NaN parts are compared as NaN, their sign
-pinned by an xfail test.
+(docs/semantics.md) and a NumPy bug (``where=`` with a cast, overlapping ``out=``); a complex
+result's NaN parts are compared as NaN, their sign pinned by an xfail test. What the property
+tests found in gpufuncs (``dtype=`` selecting by the call's casting, a Python complex beside
+float32, a Python int's ``OverflowError`` after ``out=``'s errors) is fixed and pinned there.
 
 Each example asserts the same result (bit for bit, NaN included), dtype, shape and type (a
 masked array's mask too), or the same kind of exception with every ``out=`` left untouched.
@@ -226,13 +227,12 @@ OPS = {
                            dtype_keywords=(np.complex64, np.complex128, np.float64)),
     "less": Op(conformance_less, np.less, _built(conformance_less.spec.pyfunc,
                                                  ["boolean(int64, int64)", "boolean(float64, float64)"]),
-               # no dtype=: its loop selection differs from NumPy's, see test_dtype_selects_*
                np.less, dtypes=(("?", "b", "q", "Q", "f", "d"),) * 2, out_dtypes=("?", "q", "d"),
-               dtype_keywords=()),
+               dtype_keywords=(np.bool_, np.float64)),
     "scale": Op(conformance_scale, np.multiply, _built(conformance_scale.spec.pyfunc,
                                                        ["float64(float64, int32)"]),
                 dtypes=(("e", "f", "d", "q"), ("?", "b", "i", "q")), python=("q", "d"), out_dtypes=("f", "d"),
-                dtype_keywords=(), where=False, kinds=_NO_MATRIX),  # no dtype=: as for less
+                dtype_keywords=(np.float64, np.float32), where=False, kinds=_NO_MATRIX),
     "divmod": Op(conformance_divmod, np.divmod, _built(lambda a, b: a // b,
                                                        ["int64(int64, int64)", "float64(float64, float64)"]),
                  np.divmod, nout=2, dtypes=(("?", "b", "q", "Q", "f", "d"),) * 2, out_dtypes=("q", "d"),
@@ -684,17 +684,13 @@ _INT64_MIN = np.iinfo(np.int64).min
 
 def _excluded(op: Op, recipe: Recipe, inputs: list[Any], loop: Any, target: str) -> str:
     """Why an example is left out ('' if not): docs/semantics.md's deliberate differences, a
-    NumPy bug, and the library bugs the strict xfail tests below pin."""
+    NumPy bug, and what the strict xfail tests below pin."""
     outs = recipe.out if isinstance(recipe.out, list) else [recipe.out]
     if loop is not None and recipe.where not in (None, True) and any(
             isinstance(o, Alias) and np.dtype(recipe.inputs[o.index].dtype) != loop[op.nin] for o in outs):
         return ("NumPy's bug: with where= and an out= that overlaps an input and is not of the loop's "
                 "output dtype, NumPy writes back every element of its buffer, where= False ones too "
                 "(see test_numpy_rewrites_a_cast_overlapping_out_where_false)")
-    if op.kernel is conformance_complex_multiply and any(type(v) is complex for v in inputs) and not any(
-            np.asarray(v).dtype.kind == "c" for v in inputs if type(v) is not complex) and any(
-            type(v) not in (bool, int, float, complex) for v in inputs):
-        return "a Python complex beside float arrays: test_a_python_complex_is_weak_beside_float32"
     if op.kernel not in (conformance_floor_divide, conformance_divmod) or loop is None:
         return ""
     try:
@@ -934,9 +930,6 @@ def test_out_overlapping_inputs_of_large_arrays(target: str, shift: int, reverse
 
 
 # -- what the property tests above found, pinned --------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="library bug: with dtype=, resolve_loop (gpufuncs/dispatch/plan.py) "
-                   "takes the first loop of that output whose inputs cast under the call's casting; NumPy's "
-                   "resolver takes the first whose inputs cast safely, then only the loop (dtype,)*nargs")
 @pytest.mark.parametrize("target", ["cpu"])
 def test_dtype_selects_the_loop_as_numpys_resolver_does(target: str) -> None:
     flags, big = np.array([False]), np.array([2**63], np.uint64)
@@ -948,9 +941,6 @@ def test_dtype_selects_the_loop_as_numpys_resolver_does(target: str) -> None:
         conformance_scale(np.ones(1), np.array([2**40]), dtype=np.float64, target=target)
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: weak_scalars (gpufuncs/dispatch/plan.py) orders complex "
-                   "above float; NumPy's should_use_min_scalar_weak_literals counts a Python complex as a "
-                   "float, so float32 with a Python complex selects complex64 (NEP 50)")
 def test_a_python_complex_is_weak_beside_float32() -> None:
     x = np.ones(2, np.float32)
     assert OPS["complex_multiply"].fd(x, 1j).dtype == np.multiply(x, 1j).dtype == np.complex64
@@ -982,9 +972,6 @@ def test_numpy_rewrites_a_cast_overlapping_out_where_false() -> None:
     assert results[1].tolist() == [0.0, 0.0, -0.0] and np.signbit(results[1][2])
 
 
-@pytest.mark.xfail(strict=True, reason="library nit: a call with a Python int out of the selected integer "
-                   "loop's range and an out= of the wrong dtype or shape raises TypeError or ValueError "
-                   "(out= checked first); NumPy converts the Python int first and raises OverflowError")
 def test_a_python_int_out_of_range_is_reported_before_the_out_cast() -> None:
     x, out = np.array([1]), np.zeros(1, bool)
     with pytest.raises(OverflowError):

@@ -4,8 +4,9 @@ A kernel declared without signatures (``@gf.ufunc`` bare, or with options but no
 ``signatures=``) starts with no loop. A call whose inputs fit no loop it has (NumPy's selection,
 :func:`.plan.resolve_loop`) adds one for exactly their types: Numba types the scalar function
 for them (an array by its dtype, a Python ``int``/``float``/``complex`` as int64, float64,
-complex128, as ``DUFunc`` types them; float16 as float32, which no loop returns to float16), and
-its return type is the loop's output. ``kernel.types`` lists the loops learned so far.
+complex128, as ``DUFunc`` types them; float16 as float32, whose float16 twin then serves float16
+inputs with float16 results, as a declared float32 loop's does), and its return type is the
+loop's output. ``kernel.types`` lists the loops learned so far.
 """
 
 from __future__ import annotations

@@ -145,7 +145,8 @@ def loop_types(spec: KernelSpec) -> list[str]:
 
 #: Simplified kind order of NumPy's ``should_use_min_scalar_weak_literals``.
 _KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-_PYTHON_KIND = {bool: "b", int: "u", float: "f", complex: "c"}
+#: A Python complex counts as a float there: ``float32_array * 1j`` is complex64 (NEP 50).
+_PYTHON_KIND = {bool: "b", int: "u", float: "f", complex: "f"}
 #: The dtype a Python scalar has where it is not weak (every input a Python scalar, or one of a
 #: kind above every array's): NumPy's default for its type.
 _DEFAULT = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
@@ -196,8 +197,10 @@ def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any, casting: s
     """The loop a call with inputs of ``dtypes`` (NumPy dtypes, or Python types for scalars)
     runs, as NumPy's type resolver picks it for a ufunc of these loops: the first loop that
     every input casts to safely (NEP 50 for Python scalars), or, with ``dtype=``, the first
-    whose outputs are of that dtype. float16 loops (see :func:`gpufuncs.spec.half_loops`) are
-    candidates only for calls with a float16 input: NumPy would compute an int8 in float16.
+    whose outputs are of that dtype and inputs cast safely, else the loop of that dtype
+    throughout (NumPy's ``type_tuple_type_resolver``). float16 loops (see
+    :func:`gpufuncs.spec.half_loops`) are candidates only for calls with a float16 input: NumPy
+    would compute an int8 in float16.
     ``TypeError`` when there is none (longdouble has none, as in any ufunc without one)."""
     wanted = None if requested is None else _requested(spec, requested)
     weak = weak_scalars(dtypes) if wanted is None else checked_weak(dtypes)
@@ -205,11 +208,12 @@ def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any, casting: s
     half = wanted == HALF or any(d == HALF for d in dtypes if not isinstance(d, type))
     candidates = [lp for lp in spec.selectable if half or lp.runs is None]
     strict = casting if casting in ("no", "equiv") else "safe"
-    if wanted is not None:
-        candidates = [lp for lp in candidates if all(d == wanted for d in lp.outputs)]
-        fits = [lp for lp in candidates if _fits(dtypes, lp, casting)] or candidates
-    else:
-        fits = [lp for lp in candidates if _fits(dtypes, lp, strict)]
+    fits = [lp for lp in candidates if _fits(dtypes, lp, strict)
+            and (wanted is None or all(d == wanted for d in lp.outputs))]
+    if not fits and wanted is not None:
+        # NumPy's legacy dtype= fallback: the loop of every operand that dtype, its inputs then
+        # cast under the call's casting (checked with the rest: check_casting)
+        fits = [lp for lp in candidates if all(d == wanted for d in (*lp.inputs, *lp.outputs))]
     if not fits:
         shown = ", ".join(d.__name__ if isinstance(d, type) else str(d) for d in dtypes)
         asked = "" if wanted is None else f" with dtype={wanted}"
@@ -260,6 +264,9 @@ def build_plan(spec: KernelSpec, call: Call, inputs: list[Arg], outs: list[Arg |
     if call.casting not in CASTINGS:
         raise ValueError(f"{spec.name}: casting must be one of {CASTINGS}, got {call.casting!r}")
     loop = resolve_loop(spec, dtypes, call.dtype, call.casting)
+    for value, dtype, to in zip(call.inputs, dtypes, loop.inputs):
+        if dtype is int and to.kind in "iu":
+            to.type(value)  # NumPy converts a Python int first: its OverflowError before any other
     check_casting(spec, dtypes, loop, [None if o is None else o.dtype for o in outs or ()],
                   call.casting)
     if call.order not in ORDERS:
