@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -214,3 +217,209 @@ def test_gufunc_body_flags():
         warnings.simplefilter("always")
         inverse_sum(np.ones((4, 3)), target="cpu")
     assert record == []
+
+
+# -- cuda: flags derived from the values on the GPU (docs/semantics.md, "Floating-point errors") --
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+#: Kernels whose bodies the simulator can run on any value: it runs them as Python, where
+#: ``math.exp(1000)`` raises OverflowError (the GPU returns inf).
+SIMULATOR_SAFE = {"divide", "subtract", "multiply", "clamp"}
+
+
+def cuda_kinds(reference, args) -> list[str]:
+    """What the cuda target reports where NumPy reports ``numpy_kinds``: underflow never (it
+    leaves no trace in the values); an infinite result from finite arguments none of which is
+    zero is overflow (NumPy's log1p(-1) says divide by zero)."""
+    kinds = [k for k in numpy_kinds(reference, *args) if k != "underflow"]
+    if reference is np.log1p and np.any(args[0] == -1.0):
+        kinds = ["overflow" if k == "divide by zero" else k for k in kinds]
+    return kinds
+
+
+def needs_python_math(kernel) -> None:
+    if SIMULATED and kernel.__name__ not in SIMULATOR_SAFE:
+        pytest.skip("the simulator computes math.* in Python, which raises where the GPU returns inf/NaN")
+
+
+def device(a):
+    """``a`` as a device array: CuPy's on a GPU (Numba's without CuPy), Numba's on the simulator."""
+    if not SIMULATED:
+        try:
+            import cupy
+        except ImportError:
+            pass
+        else:
+            return cupy.asarray(np.ascontiguousarray(a))
+    from numba import cuda
+
+    return cuda.to_device(np.ascontiguousarray(a))
+
+
+def host(d) -> np.ndarray:
+    return d.get() if hasattr(d, "get") and not hasattr(d, "copy_to_host") else d.copy_to_host()
+
+
+@gf.ufunc(signatures=["float64(float64, int64)"])
+def per_count(x, n):  # the mixed-types template: one element per thread, arguments cast one by one
+    return x / n
+
+
+@gf.ufunc(signatures=["complex128(complex128, complex128)"])
+def cmultiply(x, y):
+    return x * y
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_cuda_kinds_match_numpy_on_host_arrays(case):
+    kernel, reference, args = case
+    needs_python_math(kernel)
+    assert gf_kinds(kernel, *args, target="cuda") == cuda_kinds(reference, args)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("kernel", "reference", "args"), [
+    (per_count, np.divide, (full(1.0), np.zeros(N, np.int64))),
+    (per_count, np.divide, (full(0.0), np.zeros(N, np.int64))),
+    (per_count, np.divide, (full(1e300), np.full(N, 3, np.int64))),
+    (cmultiply, np.multiply, (full(1e300 + 0j, np.complex128), full(1e300 + 0j, np.complex128))),
+    (cmultiply, np.multiply, (full(np.inf + 0j, np.complex128), full(1j, np.complex128))),
+    (cmultiply, np.multiply, (full(complex(np.nan, 1), np.complex128), full(1j, np.complex128))),
+    (multiply, np.multiply, (full(300.0, np.float16), full(300.0, np.float16))),  # float16 result
+    (multiply, np.multiply, (full(100.0, np.float16), full(100.0, np.float16))),
+], ids=["int-zero-divisor", "zero-by-int-zero", "finite", "complex-overflow", "complex-inf-times-i",
+        "complex-nan", "float16-overflow", "float16-finite"])
+def test_cuda_kinds_of_mixed_complex_and_float16_results(kernel, reference, args):
+    expected = numpy_kinds(reference, *args)
+    assert gf_kinds(kernel, *args, target="cuda") == expected
+    assert gf_kinds(kernel, *(device(a) for a in args)) == expected
+
+
+def overflowing() -> tuple:
+    """A kernel and arguments whose every result overflows: ``exp`` on a GPU, a product on the
+    simulator (see SIMULATOR_SAFE)."""
+    if SIMULATED:
+        return multiply, (full(1e300), full(1e300)), "multiply"
+    return gf.exp, (full(1000.0),), "exp"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_cuda_raise_and_call_report_on_host_and_device_arrays(where):
+    kernel, args, name = overflowing()
+    args = args if where == "host" else tuple(device(a) for a in args)
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError,
+                                                  match=rf"^overflow encountered in {name}$"):
+        kernel(*args, target="cuda")
+    calls = []
+    with np.errstate(all="call", call=lambda kind, flag: calls.append((kind, flag))):
+        result = kernel(*args, target="cuda")
+    assert calls == [("overflow", 2)]
+    assert np.all(np.isposinf(result if where == "host" else host(result)))
+    with np.errstate(divide="raise"), pytest.raises(FloatingPointError,
+                                                    match=r"^divide by zero encountered in divide$"):
+        x = (full(1.0), full(0.0))
+        divide(*(x if where == "host" else (device(a) for a in x)), target="cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_warn_on_host_arrays_gives_numpy_message_at_the_callers_line():
+    kernel, args, name = overflowing()
+    with pytest.warns(RuntimeWarning) as record, np.errstate(over="warn"):
+        kernel(*args, target="cuda")
+    assert [str(w.message) for w in record] == [f"overflow encountered in {name}"]
+    assert record[0].filename == __file__
+
+
+@pytest.mark.cuda
+def test_cuda_warn_on_device_arrays_stays_asynchronous_and_reports_nothing():
+    """A deliberate difference (docs/semantics.md): 'warn' would need a synchronize per call."""
+    kernel, args, _ = overflowing()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with np.errstate(all="warn"):
+            result = kernel(*(device(a) for a in args))
+    assert np.all(np.isposinf(host(result)))
+    assert record == []
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_cuda_ignore_clean_and_special_inputs_report_nothing(where):
+    kernel, args, _ = overflowing()
+    to = (lambda a: a) if where == "host" else device
+    values = np.linspace(-30, 30, 1001)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.5] * 25)
+    calls = []
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with np.errstate(all="ignore"):
+            ignored = kernel(*(to(a) for a in args), target="cuda")
+        with np.errstate(all="call", call=lambda kind, flag: calls.append(kind)):
+            clean = multiply(to(values), to(values[::-1]), target="cuda")
+            clamped = gf.clamp(to(specials), 0.0, 1.0, target="cuda")
+            products = multiply(to(specials), to(np.full(100, 2.0)), target="cuda")
+            sums = subtract(to(specials), to(np.full(100, -1.0)), target="cuda")
+            if not SIMULATED:
+                exps = gf.exp(to(specials), target="cuda")
+                gaussians = gf.gaussian(to(values), 0.5, 1.5, target="cuda")
+    assert calls == [] and record == []
+    get = (lambda a: a) if where == "host" else host
+    assert np.all(np.isposinf(get(ignored)))
+    np.testing.assert_array_equal(get(clean), values * values[::-1])
+    np.testing.assert_array_equal(get(clamped), np.clip(specials, 0.0, 1.0))
+    np.testing.assert_array_equal(get(products), specials * 2.0)
+    np.testing.assert_array_equal(get(sums), specials + 1.0)
+    if not SIMULATED:
+        np.testing.assert_allclose(get(exps), np.exp(specials), rtol=1e-15)
+        np.testing.assert_allclose(get(gaussians), gf.gaussian(values, 0.5, 1.5, target="cpu"), rtol=1e-14)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_cuda_masked_out_and_strided_elements(where):
+    x = np.where(np.arange(2 * N) % 2 == 0, 1e300, 1.0)  # overflows at even positions when squared
+    to = (lambda a: a) if where == "host" else device
+    mask = np.arange(2 * N) % 2 == 1
+    out = to(np.zeros(2 * N))
+    with np.errstate(over="raise"):
+        multiply(to(x), to(x), out=out, where=to(mask), target="cuda")  # only odd positions computed
+        multiply(to(x)[1::2], to(x)[1::2], target="cuda")
+        with pytest.raises(FloatingPointError, match="overflow encountered in multiply"):
+            multiply(to(x)[::2], to(x)[::2], target="cuda")
+        with pytest.raises(FloatingPointError, match="overflow encountered in multiply"):
+            multiply(to(x), to(x), out=to(np.zeros(2 * N)), where=to(~mask), target="cuda")
+    np.testing.assert_array_equal((out if where == "host" else host(out))[mask], 1.0)
+
+
+@pytest.mark.cuda
+def test_cuda_print_and_log_modes(capsys):
+    kernel, args, name = overflowing()
+
+    class Log(io.StringIO):
+        pass
+
+    for to in ((lambda a: a), device):
+        log = Log()
+        with np.errstate(over="log", call=log):
+            kernel(*(to(a) for a in args), target="cuda")
+        assert log.getvalue() == f"Warning: overflow encountered in {name}\n"
+        with np.errstate(over="print"):
+            kernel(*(to(a) for a in args), target="cuda")
+        assert capsys.readouterr().err == f"Warning: overflow encountered in {name}\n"
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_cuda_fpstatus_0_compiles_the_check_out():
+    code = ("import numpy as np, gpufuncs as gf\n"
+            "@gf.ufunc(signatures=gf.float_signatures(2))\n"
+            "def mul(x, y):\n"
+            "    return x * y\n"
+            "x = np.full(5, 1e300)\n"
+            "with np.errstate(all='raise'):\n"
+            "    print(mul(x, x, target='cuda'))\n")
+    env = {**os.environ, "GPUFUNCS_FPSTATUS": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[inf inf inf inf inf]"

@@ -37,7 +37,8 @@ class SimPointer:
         return _host_view(self.address + off * self.dtype.itemsize, self.dtype.itemsize, self.dtype)[0]
 
     def __setitem__(self, off: int, value: Any) -> None:
-        _host_view(self.address + off * self.dtype.itemsize, self.dtype.itemsize, self.dtype)[0] = value
+        with np.errstate(all="ignore"):  # a store casts silently on the GPU (inf past float16's range)
+            _host_view(self.address + off * self.dtype.itemsize, self.dtype.itemsize, self.dtype)[0] = value
 
 
 class SimCore:
@@ -124,6 +125,18 @@ def portable_pinned(nbytes: int) -> np.ndarray:
 
     buffer = cuda.current_context().memhostalloc(nbytes, portable=True)
     return np.ndarray((nbytes,), np.uint8, buffer=buffer)
+
+
+def mapped_pinned(nbytes: int) -> tuple[np.ndarray, int]:
+    """Page-locked host memory mapped into the current context's GPU address space, portable
+    (pinned for every context): the host array of its bytes and its device address (under
+    unified addressing the same value), where a kernel's stores land in host memory."""
+    from numba import cuda
+
+    buffer = cuda.current_context().memhostalloc(nbytes, mapped=True, portable=True)
+    pointer = buffer.device_pointer  # a CUdeviceptr (or a ctypes pointer: its value)
+    address = pointer.value if hasattr(pointer, "value") else int(pointer)
+    return np.ndarray((nbytes,), np.uint8, buffer=buffer), address
 
 
 def numba_array_maker(shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype,

@@ -19,8 +19,10 @@ import numpy as np
 
 from ...spec import IDENTITY, KernelSpec
 from ..base import DEVICE, HOST, Arg, Executor, Plan, copy_cast
-from . import arrays
+from ..fpstatus import report
+from . import arrays, fpflags
 from .compile import CudaKernels
+from .fpflags import watched
 from .launch import LaunchPlan, Layout
 from .runtime import Runtime, same_stream
 
@@ -139,7 +141,8 @@ def cast_plan(src: Layout, dst: Layout, runtime: Runtime) -> LaunchPlan:
     wide = np.dtype(np.float64) in (src.dtype, dst.dtype)
     loop = IDENTITY.loop_for(np.dtype(np.float64 if wide else np.float32))
     plain = [Layout(op.dtype, op.shape, op.strides) for op in (src, dst)]
-    return LaunchPlan(_identity_kernels(), loop, plain[:1], plain[1:], None, src.shape, runtime)
+    return LaunchPlan(_identity_kernels(), loop, plain[:1], plain[1:], None, src.shape, runtime,
+                      report=False)
 
 
 class _Staging:
@@ -378,7 +381,7 @@ class _Executor:
                 raise _misaligned(d, i, values[i])
         if outs is not None and d.pairs:
             keep += _read_before_write(values, d.pairs, handle, runtime)
-        _launch(d.main, d.staging, values, handle, keep)
+        _launch(d.main, d.staging, values, handle, keep, d.name, runtime)
         if outs is None:  # (staging may have replaced their addresses in ``values``)
             return _wrapped(d.allocators, new)
         for k, _, dtype in d.host_outs:
@@ -401,7 +404,7 @@ def _fast_executor(d: _Decisions) -> Executor:
     first, others, launch_stream = d.streams.first, d.streams.others, d.streams.handle
     stream_of = d.streams.producers[0][1] if first is not None else None
     runtime, pairs = d.runtime, d.pairs
-    bound, bind, launch = runtime.bound, runtime.bind_thread, d.main.launch
+    bound, bind, launch = runtime.bound, runtime.bind_thread, _reporting_launch(d.main, d.name, runtime)
     allocators = d.allocators
     # One new output (every elementwise kernel) without the lists of _allocate and _wrapped's
     # generator: half a microsecond of a call of about ten.
@@ -503,8 +506,49 @@ def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: i
     return keep
 
 
-def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle: int, keep: list) -> None:
-    """The main launch, with staged core operands cast into and out of loop-dtype buffers."""
+def _reporting_launch(main: LaunchPlan, name: str, runtime: Runtime) -> Callable[[list[Any], int], None]:
+    """``main``'s launch, given a flag slot where it takes one (see :mod:`.fpflags`): the
+    runtime's unread slot, or, where NumPy's error state asks for it (:func:`.fpflags.watched`),
+    a slot of the call's own, read after waiting for the stream, and reported as ``name``."""
+    launch = main.launch
+    if not main.takes_flags:
+        return launch
+    ring = runtime.flag_ring()
+    discard, take, errstate_now, watch = ring.discard, ring.take, fpflags.errstate_now, fpflags.watch
+
+    def launch_flagged(values: list[Any], handle: int) -> None:
+        state, seen = errstate_now(), fpflags.seen  # fpflags.watched(), inline
+        if not (seen[1] if seen[0] is state else watch(state)):
+            values.append(discard)
+            launch(values, handle)
+            return
+        slot, address = take()
+        values.append(address)
+        launch(values, handle)
+        _report_slot(ring, slot, runtime, handle, name)
+
+    return launch_flagged
+
+
+def _report_slot(ring: Any, slot: int, runtime: Runtime, handle: int, name: str) -> None:
+    """Wait for the stream ``handle``, then report what the launches on it stored in ``slot``."""
+    runtime.stream(handle).sync()
+    status = ring.status(slot)
+    if status:
+        report(status, name)
+
+
+def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle: int, keep: list,
+            name: str, runtime: Runtime) -> None:
+    """The main launch, with staged core operands cast into and out of loop-dtype buffers; its
+    floating-point errors reported after the last launch, where watched (see
+    :func:`_reporting_launch`)."""
+    slot = None
+    if main.takes_flags:
+        ring = runtime.flag_ring()
+        if watched():
+            slot, address = ring.take()
+        values.append(ring.discard if slot is None else address)
     after = []
     for stage in staging:
         buffer, address = stage.allocate(None, handle, False)
@@ -515,8 +559,10 @@ def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle
             after.append((stage.after, address, values[stage.index]))
         values[stage.index] = address
     main.launch(values, handle)
-    for plan, address, target in after:
-        plan.launch([address, target], handle)
+    for plan, target_address, target in after:
+        plan.launch([target_address, target], handle)
+    if slot is not None:
+        _report_slot(ring, slot, runtime, handle, name)
 
 
 def _copy_back(runtime: Any, address: int, host: np.ndarray, dtype: np.dtype, handle: int) -> None:

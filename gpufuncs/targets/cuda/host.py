@@ -41,8 +41,10 @@ import numpy as np
 
 from ...spec import KernelSpec, Loop
 from ..base import Arg, Executor, Plan, c_strides, copy_cast, is_contiguous, read_before_write
+from ..fpstatus import report
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
+from .fpflags import masked_status
 from .launch import LaunchPlan, Layout
 from .runtime import Runtime, Runtimes, current_device
 
@@ -341,6 +343,23 @@ class _Pipeline:
         # Results in pinned memory take each chunk straight from the GPU (contiguous chunks).
         self.direct = [x and d.flat for x in direct]
         self.capacity = max(1, CHUNK_BYTES // max(1, d.widest))  # widest is 0 for n = 0 orders
+        #: Per GPU, the flag slot its chunks' kernels share: ``(ring, slot, device address)``.
+        self.flags: dict[int, tuple[Any, int, int]] = {}
+
+    def flag_address(self, runtime: Runtime) -> int:
+        """The device address of the flag slot of this call's kernels on ``runtime``'s GPU."""
+        found = self.flags.get(runtime.ordinal)
+        if found is None:  # (each GPU's pipeline runs in one thread)
+            ring = runtime.flag_ring()
+            found = self.flags[runtime.ordinal] = (ring, *ring.take())
+        return found[2]
+
+    def status(self) -> int:
+        """NumPy's bits that the kernels found, once every chunk is back (see :mod:`.fpflags`)."""
+        status = 0
+        for ring, slot, _ in self.flags.values():
+            status |= ring.status(slot)
+        return status
 
     def _flatten(self) -> None:
         n = math.prod(self.loop_shape)
@@ -415,7 +434,10 @@ class _Pipeline:
             outs.append((address_of(buffer), part.shape, dtype, core))
             keep.append(buffer)
         chunk_shape = np.broadcast_to(np.empty((), bool), self.loop_shape)[index].shape
-        self.launches.get(layouts, chunk_shape, runtime).launch(values, int(stream.handle))
+        plan = self.launches.get(layouts, chunk_shape, runtime)
+        if plan.takes_flags:
+            values.append(self.flag_address(runtime))
+        plan.launch(values, int(stream.handle))
         staged: list[np.ndarray | None] = []
         for k, (address, shape, dtype, _) in enumerate(outs):
             if self.direct[k]:
@@ -521,6 +543,11 @@ def run(spec: KernelSpec, decisions: _Decisions, launches: _Launches, plan: Plan
         _run_on(pipeline, devices[0], chunks, stream)
     else:
         _run_on_all(pipeline, devices, chunks)
+    status = pipeline.status()  # the last copies back have waited for every kernel
+    if status and where is not True:  # (the kernels computed the masked-out elements too)
+        status = masked_status(status, results[0], inputs, plan.loop.compiled.inputs, where)
+    if status:
+        report(status, spec.name)
     return results
 
 

@@ -22,11 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from numba import cuda
 from numba.np.numpy_support import from_dtype
 
 from ...scalar import as_type
+from . import fpflags
 from .compat import SIMULATED, SimCore, SimPointer
+from .fpflags import flag, publish
 
 
 # -- element access -------------------------------------------------------------------------------
@@ -49,8 +52,11 @@ def _at(a, s, i, shape):
 
 
 def _put(p, s, i, shape, value):
-    """Store ``value`` at loop element ``i`` of output ``p``, cast to ``p``'s dtype."""
-    p[_offset(i, shape, s) if shape else i] = value
+    """Store ``value`` at loop element ``i`` of output ``p``, cast to ``p``'s dtype; returns
+    the value stored (what the floating-point check looks at)."""
+    off = _offset(i, shape, s) if shape else i
+    p[off] = value
+    return p[off]
 
 
 def _arg(a, s, i, shape, zero):
@@ -101,10 +107,14 @@ if not SIMULATED:
         cast = p.dtype  # a Numba number type: calling it converts (float32 -> float16, ...)
         if _is_flat(shape):
             def impl(p, s, i, shape, value):
-                p[i] = cast(value)
+                stored = cast(value)
+                p[i] = stored
+                return stored
         else:
             def impl(p, s, i, shape, value):
-                p[_offset(i, shape, s)] = cast(value)
+                stored = cast(value)
+                p[_offset(i, shape, s)] = stored
+                return stored
         return impl
 
     @overload(_arg, inline="always")
@@ -149,13 +159,24 @@ def as_type_of(zero: Any) -> Any:
 
 
 # -- the two templates -----------------------------------------------------------------------------
+def _quiet(dev: Any) -> Any:
+    """``dev`` as the simulator runs it: Python arithmetic on NumPy scalars, which would warn
+    by itself (in the simulator's threads, under NumPy's default error state) where the GPU
+    computes silently; the kernel's own check reports what the caller asked for."""
+    def quiet(*args: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return dev(*args)
+    return quiet
+
+
 def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[..., None]:
     """An elementwise kernel: ``out = dev(*ins)`` over the loop, where ``w`` is true; input ``j``
     is cast to the type of ``zeros[j]`` (a NumPy scalar of its loop type).
 
     Parameters: the inputs (pointers or scalars) and their element strides, the output and its
-    strides, the ``where`` mask (a pointer, or 1 by value) and its strides, the loop shape
-    (``()`` on the flat path) and the element count.
+    strides, the flag slot (a pointer to four bytes, see :mod:`.fpflags`), the ``where`` mask (a
+    pointer, or 1 by value) and its strides, the loop shape (``()`` on the flat path) and the
+    element count.
 
     A thread handles ``per_thread`` elements, ``blockDim`` apart (each warp access stays
     coalesced), and loads all of them before computing any: with one 4-byte element per thread
@@ -163,30 +184,50 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
     against 2.8 TB/s for a copy). The loops have a constant trip count, so they are unrolled and
     the staging array lives in registers. A loop of several input types has no such array
     (one type per array): it takes one element per thread, each argument loaded and cast.
+
+    Each stored result is checked for floating-point errors (:func:`.fpflags.flag`: one compare
+    per element where nothing is wrong) and the thread's findings are published once at its end
+    (:func:`.fpflags.publish`), unless ``GPUFUNCS_FPSTATUS=0``: ``check`` is a closure constant,
+    so the check compiles away and the disk cache keys the two variants apart.
     """
     nin = len(zeros)
+    check = fpflags.ENABLED
+    if SIMULATED:
+        dev = _quiet(dev)
     if len({type(z) for z in zeros}) > 1:
         assert per_thread == 1
 
-        def mixed(ins, sins, out, so, w, sw, shape, n):
+        def mixed(ins, sins, out, so, flags, w, sw, shape, n):
             i = cuda.grid(1)
+            bits = 0
             if i < n and _at(w, sw, i, shape):
-                _put(out, so, i, shape, dev(*_args(ins, sins, i, shape, zeros)))
+                args = _args(ins, sins, i, shape, zeros)
+                stored = _put(out, so, i, shape, dev(*args))
+                if check:
+                    bits = flag(stored, args)
+            if check:
+                publish(flags, bits)
 
         return mixed
     cast = as_type_of(zeros[0])
 
-    def kernel(ins, sins, out, so, w, sw, shape, n):
+    def kernel(ins, sins, out, so, flags, w, sw, shape, n):
         first = cuda.blockIdx.x * cuda.blockDim.x * per_thread + cuda.threadIdx.x
         vals = cuda.local.array((nin, per_thread), cast)
         for k in range(per_thread):
             i = first + k * cuda.blockDim.x
             if i < n:
                 _load(vals, k, ins, ins, sins, i, shape)
+        bits = 0
         for k in range(per_thread):
             i = first + k * cuda.blockDim.x
             if i < n and _at(w, sw, i, shape):
-                _put(out, so, i, shape, dev(*_row(vals, k, ins, ins)))
+                args = _row(vals, k, ins, ins)
+                stored = _put(out, so, i, shape, dev(*args))
+                if check:
+                    bits |= flag(stored, args)
+        if check:
+            publish(flags, bits)
 
     return kernel
 

@@ -10,6 +10,7 @@ writes the per-call values (pointers and scalars) into their slots and calls ``c
 from __future__ import annotations
 
 import math
+import operator
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from numba.np.numpy_support import from_dtype
 
 from ...spec import Loop
 from ..base import c_strides
+from . import fpflags
 from .compat import SimCore, SimPointer
 from .runtime import BLOCK, Runtime
 
@@ -80,6 +82,14 @@ class _Core:
     strides: tuple[int, ...]  # bytes
 
 
+@dataclass(frozen=True)
+class _Fixed:
+    """A pointer parameter with the same value on every launch (a plan's unread flag slot)."""
+
+    address: int
+    dtype: np.dtype
+
+
 def _numba_type(param: Any) -> types.Type:
     if isinstance(param, tuple):
         return types.BaseTuple.from_types(tuple(_numba_type(p) for p in param)) if param else types.Tuple(())
@@ -88,6 +98,8 @@ def _numba_type(param: Any) -> types.Type:
         return types.CPointer(dtype) if param.pointer else dtype
     if isinstance(param, _Core):
         return types.Array(from_dtype(param.hole.dtype), 1 + len(param.shape), "A")
+    if isinstance(param, _Fixed):
+        return types.CPointer(from_dtype(param.dtype))
     if isinstance(param, np.generic):
         return from_dtype(param.dtype)
     return types.int64  # shape entries, strides and counts
@@ -105,6 +117,8 @@ def _flat(param: Any) -> list[tuple[str, Any]]:
         ints = [0, 0, param.extent * math.prod(param.shape), item]
         shape, strides = (param.extent, *param.shape), (item, *param.strides)
         return [("q", v) for v in ints] + [("p", param.hole)] + [("q", v) for v in (*shape, *strides)]
+    if isinstance(param, _Fixed):
+        return [("p", param.address)]
     if isinstance(param, np.generic):
         return [(param.dtype.char, param)]
     return [("q", int(param))]
@@ -118,6 +132,8 @@ def _sim(param: Any, values: Sequence[Any]) -> Any:
         return SimPointer(values[param.index], param.dtype) if param.pointer else values[param.index]
     if isinstance(param, _Core):
         return SimCore(values[param.hole.index], param.hole.dtype, param.shape, param.strides)
+    if isinstance(param, _Fixed):
+        return SimPointer(param.address, param.dtype)
     return param
 
 
@@ -141,7 +157,12 @@ class Packer:
         self._count = len(flat)
         self._template = [None if isinstance(v, _Hole) else v for _, v in flat]
         self._positions = [flat[i][1].index for i in holes]  # hole slot -> value index
-        self._prefix = holes == list(range(len(holes))) and self._positions == sorted(self._positions)
+        # The per-call values fill the first slots (the flat path): one struct call writes them,
+        # in slot order (``_order``: a C-level reordering where that differs from value order,
+        # as for the flag slot before a ``where`` mask).
+        self._prefix = holes == list(range(len(holes)))
+        in_order = self._positions == sorted(self._positions)
+        self._order = None if in_order or len(holes) < 2 else operator.itemgetter(*self._positions)
         codes = "".join(_SLOTS[kind] for kind, _ in flat)
         self._block = struct.Struct("<" + codes)
         self._values = struct.Struct("<" + "".join(_SLOTS[flat[i][0]] for i in holes))
@@ -183,7 +204,15 @@ class Packer:
         the per-call values come first (the flat path) it is one ``struct`` call."""
         if not self._prefix:
             return self.pack
-        local, pack_into, pack = self._local, self._values.pack_into, self.pack
+        local, pack_into, pack, order = self._local, self._values.pack_into, self.pack, self._order
+        if order is not None:
+            def pack_reordered(values: Sequence[Any]) -> int:
+                try:
+                    pack_into(local.store, 0, *order(values))
+                    return local.address
+                except (AttributeError, OverflowError):  # as below
+                    return pack(values)
+            return pack_reordered
 
         def pack_prefix(values: Sequence[Any]) -> int:
             try:
@@ -195,7 +224,7 @@ class Packer:
 
     def _write(self, store: np.ndarray, values: Sequence[Any]) -> None:
         if self._prefix:
-            self._values.pack_into(store, 0, *values)
+            self._values.pack_into(store, 0, *(values if self._order is None else self._order(values)))
         else:
             block = self._template.copy()
             for slot, index in zip(self._holes, self._positions):
@@ -271,11 +300,14 @@ class LaunchPlan:
 
     :attr:`launch` takes the per-call values in order: for each input its pointer (an array) or
     its value (a scalar, of its type in the declared ``loop``), then each output's pointer, then the ``where``
-    mask's pointer if there is one.
+    mask's pointer if there is one, then, where :attr:`takes_flags`, the device address of the
+    call's flag slot (see :mod:`.fpflags`). An elementwise plan made with ``report=False`` (the
+    target's own casts), or with the check compiled out, passes the runtime's unread slot itself.
     """
 
     def __init__(self, kernels: Any, loop: Loop, inputs: list[Layout], outputs: list[Layout],
-                 where: Layout | None, loop_shape: tuple[int, ...], runtime: Runtime) -> None:
+                 where: Layout | None, loop_shape: tuple[int, ...], runtime: Runtime,
+                 report: bool = True) -> None:
         # No launch when every output is empty (an output core dimension of 0): there is nothing
         # to write, and such operands have no valid extent to describe to the kernel.
         empty = bool(outputs) and all(0 in op.shape for op in outputs)
@@ -299,10 +331,16 @@ class LaunchPlan:
             else:
                 params.append((hole, s))
         w, sw = params.pop() if where is not None else (_ONE, ())
+        #: Whether :attr:`launch` takes a flag slot's address after the other values.
+        self.takes_flags = spec.layout is None and report and fpflags.ENABLED
         if spec.layout is None:
             (out, so), ins = params[-1], params[:-1]
+            # The flag slot right after the output: on the flat path the per-call values then
+            # fill the first parameter slots, masked or not (see Packer).
+            flags = (_Hole(len(every), np.dtype(np.uint8), True) if self.takes_flags
+                     else _Fixed(runtime.flag_ring().discard, np.dtype(np.uint8)))
             self.params: tuple[Any, ...] = (tuple(p for p, _ in ins), tuple(s for _, s in ins), out, so,
-                                            w, sw, shape, self.n)
+                                            flags, w, sw, shape, self.n)
         else:
             self.params = (tuple(p for p, _ in params), tuple(s for _, s in params), w, sw, shape, self.n)
         argtypes = tuple(_numba_type(p) for p in self.params)

@@ -123,6 +123,7 @@ class Runtime:
                                          2: PER_THREAD_DEFAULT_STREAM}
         self._functions: dict[Any, Any] = {}
         self._handles: dict[int, Any] = {}
+        self._flag_ring: Any = None
         # A pool of our own, kept reserved between calls like CuPy's and torch's caching
         # allocators: with the driver's default release threshold (0) every synchronize hands
         # the memory back to the OS and the next allocation maps it again.
@@ -169,6 +170,29 @@ class Runtime:
     def _pool_handle(self) -> Any:
         handle = self.pool.handle
         return self._driver.CUmemoryPool(handle) if isinstance(handle, int) else handle
+
+    def flag_ring(self) -> Any:
+        """This GPU's :class:`~.fpflags.FlagRing` (mapped pinned memory), made on first need."""
+        ring = self._flag_ring
+        if ring is None:
+            with _FLAG_RINGS:
+                if self._flag_ring is None:
+                    from .fpflags import FlagRing
+
+                    words, address = self._mapped(FlagRing.nbytes())
+                    self._flag_ring = FlagRing(words.view(np.uint32), address)
+                ring = self._flag_ring
+        return ring
+
+    def _mapped(self, nbytes: int) -> tuple[np.ndarray, int]:
+        """Zeroed page-locked host memory mapped into the GPU's address space: the host array
+        and the device address of the same bytes."""
+        from .compat import mapped_pinned
+
+        with self.current():
+            words, address = mapped_pinned(nbytes)
+        words[:] = 0
+        return words, address
 
     def bind_thread(self) -> None:
         """Make the device current in this thread (cuda.core needs it per thread), once: with
@@ -384,6 +408,7 @@ class Runtime:
 
 
 _SIM_LAUNCHES = threading.Lock()
+_FLAG_RINGS = threading.Lock()
 
 
 class SimRuntime(Runtime):
@@ -396,6 +421,11 @@ class SimRuntime(Runtime):
         self._streams: dict[int, Any] = {}
         self.ordinal, self.switching = device, False
         self.bound = types.SimpleNamespace(here=True)  # nothing to bind, in any thread
+        self._flag_ring = None
+
+    def _mapped(self, nbytes: int) -> tuple[np.ndarray, int]:
+        words = np.zeros(max(nbytes, 1), np.uint8)  # the kernels' pointers are host addresses
+        return words, words.ctypes.data
 
     def bind_thread(self) -> None:
         """Nothing to bind."""
