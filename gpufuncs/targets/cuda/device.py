@@ -404,7 +404,10 @@ def _fast_executor(d: _Decisions) -> Executor:
     first, others, launch_stream = d.streams.first, d.streams.others, d.streams.handle
     stream_of = d.streams.producers[0][1] if first is not None else None
     runtime, pairs = d.runtime, d.pairs
-    bound, bind, launch = runtime.bound, runtime.bind_thread, _reporting_launch(d.main, d.name, runtime)
+    bound, bind, launch = runtime.bound, runtime.bind_thread, d.main.launch
+    # The floating-point check (see .fpflags): ``launch`` sends the kernels' flags to the unread
+    # slot; where NumPy's error state may ask for them, ``reporting`` decides and reads them.
+    flagged, reporting, errstate_now = d.main.takes_flags, _reporting_launch(d, runtime), fpflags.errstate_now
     allocators = d.allocators
     # One new output (every elementwise kernel) without the lists of _allocate and _wrapped's
     # generator: half a microsecond of a call of about ten.
@@ -414,6 +417,11 @@ def _fast_executor(d: _Decisions) -> Executor:
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         if not hasattr(bound, "here"):
             bind()
+        go = launch
+        if flagged:  # fpflags.watched(), inline: the error state seen last, by identity
+            seen = fpflags.seen
+            if seen[0] is not errstate_now() or seen[1]:
+                go = reporting
         objs = inputs if outs is None else inputs + outs if where is True else (*inputs, *outs, where)
         if stream is None and not others:
             handle = (stream_of(objs[first]) or 0) if stream_of is not None else 0
@@ -429,10 +437,10 @@ def _fast_executor(d: _Decisions) -> Executor:
             if single_allocate is not None:
                 raw, address = single_allocate(like, handle, stream is None)
                 values.append(address)
-                launch(values, handle)
+                go(values, handle)
                 return (raw,) if single_wrap is None else (single_wrap(raw, address),)
             new = _allocate(allocators, like, handle, stream is None, values)
-            launch(values, handle)
+            go(values, handle)
             return _wrapped(allocators, new)
         keep = None  # copies of inputs that overlap an output, alive until launched
         if one_pair is not None:  # (the check inline: most out= calls have one input array)
@@ -442,7 +450,7 @@ def _fast_executor(d: _Decisions) -> Executor:
                 keep = _read_before_write(values, pairs, handle, runtime)
         elif pairs:
             keep = _read_before_write(values, pairs, handle, runtime)
-        launch(values, handle)
+        go(values, handle)
         del keep
         return outs
 
@@ -506,28 +514,24 @@ def _read_before_write(values: list[Any], pairs: tuple[_Overlap, ...], handle: i
     return keep
 
 
-def _reporting_launch(main: LaunchPlan, name: str, runtime: Runtime) -> Callable[[list[Any], int], None]:
-    """``main``'s launch, given a flag slot where it takes one (see :mod:`.fpflags`): the
-    runtime's unread slot, or, where NumPy's error state asks for it (:func:`.fpflags.watched`),
-    a slot of the call's own, read after waiting for the stream, and reported as ``name``."""
-    launch = main.launch
-    if not main.takes_flags:
-        return launch
-    ring = runtime.flag_ring()
-    discard, take, errstate_now, watch = ring.discard, ring.take, fpflags.errstate_now, fpflags.watch
+def _reporting_launch(d: _Decisions, runtime: Runtime) -> Callable[[list[Any], int], None]:
+    """``d.main``'s launch where NumPy's error state may ask for its floating-point errors (see
+    :mod:`.fpflags`): if :func:`.fpflags.watched`, launched with a flag slot of the call's own,
+    read after waiting for the stream and reported; else as usual."""
+    main = d.main
+    launch, launch_flagged = main.launch, main.launch_flagged
+    ring = runtime.flag_ring() if main.takes_flags else None
 
-    def launch_flagged(values: list[Any], handle: int) -> None:
-        state, seen = errstate_now(), fpflags.seen  # fpflags.watched(), inline
-        if not (seen[1] if seen[0] is state else watch(state)):
-            values.append(discard)
+    def launch_reporting(values: list[Any], handle: int) -> None:
+        if not watched():
             launch(values, handle)
             return
-        slot, address = take()
+        slot, address = ring.take()
         values.append(address)
-        launch(values, handle)
-        _report_slot(ring, slot, runtime, handle, name)
+        launch_flagged(values, handle)
+        _report_slot(ring, slot, runtime, handle, d.name)
 
-    return launch_flagged
+    return launch_reporting
 
 
 def _report_slot(ring: Any, slot: int, runtime: Runtime, handle: int, name: str) -> None:
@@ -543,12 +547,12 @@ def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle
     """The main launch, with staged core operands cast into and out of loop-dtype buffers; its
     floating-point errors reported after the last launch, where watched (see
     :func:`_reporting_launch`)."""
-    slot = None
-    if main.takes_flags:
+    slot, launch = None, main.launch
+    if main.takes_flags and watched():
         ring = runtime.flag_ring()
-        if watched():
-            slot, address = ring.take()
-        values.append(ring.discard if slot is None else address)
+        slot, address = ring.take()
+        values.append(address)
+        launch = main.launch_flagged
     after = []
     for stage in staging:
         buffer, address = stage.allocate(None, handle, False)
@@ -558,9 +562,9 @@ def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle
         if stage.after is not None:
             after.append((stage.after, address, values[stage.index]))
         values[stage.index] = address
-    main.launch(values, handle)
-    for plan, target_address, target in after:
-        plan.launch([target_address, target], handle)
+    launch(values, handle)
+    for plan, address, target in after:
+        plan.launch([address, target], handle)
     if slot is not None:
         _report_slot(ring, slot, runtime, handle, name)
 

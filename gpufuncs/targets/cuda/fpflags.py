@@ -1,9 +1,9 @@
 """Floating-point errors of the cuda target's elementwise kernels, derived from values.
 
 A GPU keeps no floating-point status, so the elementwise templates (:mod:`.kernels`) derive one
-from the values they compute: a result that is not finite (a compare, on each element, of the
-value as stored, after the cast to the output's dtype) is classified in a rarely taken branch,
-from the element's arguments:
+from the values they compute: each result is tested, with one compare, for being finite once
+stored in the output's dtype (:func:`finite_in`), and a thread that found one that is not reads
+its stored results back and classifies them from their arguments (:func:`flag`):
 
 * NaN while no argument is NaN: *invalid* (``0 / 0``, ``inf - inf``, ``sqrt(-1)``);
 * infinite while every argument is finite: *divide by zero* when some argument is zero
@@ -18,7 +18,7 @@ lanes and its first lane stores each kind found as one byte into a *flag slot*: 
 pinned host memory mapped into the GPU's address space (:class:`FlagRing`, one per GPU), so that
 the host reads them without a copy once the launch has finished, and pays nothing when nothing
 was found. A call that will read its flags takes a slot of its own (zeroed by the host); a call
-that will not reads none and points its kernel at a shared slot that is never read.
+that will not points its kernel at a shared slot that is never read (a constant of its launch).
 
 When the flags are read (see ``docs/semantics.md``):
 
@@ -97,6 +97,14 @@ def flag(r, args):
     return _kind(np.isnan(r), args)
 
 
+def finite_in(p, r):
+    """Whether result ``r`` is finite once stored into output ``p`` (of ``p.dtype``): true for
+    integer and bool outputs. The common case: one compare per element on the GPU."""
+    with np.errstate(all="ignore"):
+        stored = np.asarray(r).astype(p.dtype)
+    return not np.issubdtype(p.dtype, np.inexact) or bool(np.all(np.isfinite(stored)))
+
+
 def publish(flags, bits):
     """Store the kinds ``bits`` one thread found into the flag slot ``flags`` (bytes 0 to 3,
     byte ``k`` holding bit ``k``: stores of the same value by many threads cannot lose one)."""
@@ -136,26 +144,38 @@ if not SIMULATED:
     def _kind_typing(nan, args):  # the rare branch: the Python body, its helpers overloaded
         return _kind
 
+    def _threshold(out: types.Type) -> float:
+        """The magnitude from which a value rounds to infinity when stored as ``out``: halfway
+        between ``out``'s largest value and the next power of two (exact in float64; in the
+        value's own type, where that is ``out``, it rounds to inf: the test is ``abs(r) < inf``)."""
+        info = np.finfo(str(out))
+        return float(info.max) + float(np.spacing(info.max)) / 2
+
+    @overload(finite_in, inline="always")
+    def _finite_in_typing(p, r):
+        out = p.dtype
+        if isinstance(out, types.Complex) and isinstance(r, types.Complex):
+            part, limit = r.underlying_float, _threshold(out.underlying_float)
+            return lambda p, r: abs(r.real) < part(limit) and abs(r.imag) < part(limit)
+        if isinstance(out, types.Float) and isinstance(r, types.Float):
+            typ, limit = r, _threshold(out)
+            return lambda p, r: abs(r) < typ(limit)
+        return lambda p, r: True
+
     @overload(flag, inline="always")
     def _flag_typing(r, args):
-        # Finite: one compare of abs(x) (a free modifier on the GPU) against the type's largest
-        # value; float16 through float32, which holds its values exactly.
+        # r: a stored value, float16 already widened to float32 (no half-precision arithmetic).
         if isinstance(r, types.Complex):
-            part = r.underlying_float
-            big = float(np.finfo(str(part)).max)
-
             def complex_flag(r, args):
-                if abs(r.real) <= part(big) and abs(r.imag) <= part(big):
+                if abs(r.real) < math.inf and abs(r.imag) < math.inf:
                     return 0
                 return _kind(r.real != r.real or r.imag != r.imag, args)
             return complex_flag
         if not isinstance(r, types.Float):
             return lambda r, args: 0
-        wide = types.float32 if r == types.float16 else r
-        big = float(np.finfo(str(r)).max)
 
         def float_flag(r, args):
-            if abs(wide(r)) <= wide(big):
+            if abs(r) < math.inf:
                 return 0
             return _kind(r != r, args)
         return float_flag

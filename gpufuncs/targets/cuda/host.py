@@ -437,7 +437,9 @@ class _Pipeline:
         plan = self.launches.get(layouts, chunk_shape, runtime)
         if plan.takes_flags:
             values.append(self.flag_address(runtime))
-        plan.launch(values, int(stream.handle))
+            plan.launch_flagged(values, int(stream.handle))
+        else:
+            plan.launch(values, int(stream.handle))
         staged: list[np.ndarray | None] = []
         for k, (address, shape, dtype, _) in enumerate(outs):
             if self.direct[k]:

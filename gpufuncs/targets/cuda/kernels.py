@@ -29,7 +29,7 @@ from numba.np.numpy_support import from_dtype
 from ...scalar import as_type
 from . import fpflags
 from .compat import SIMULATED, SimCore, SimPointer
-from .fpflags import flag, publish
+from .fpflags import finite_in, flag, publish
 
 
 # -- element access -------------------------------------------------------------------------------
@@ -52,11 +52,13 @@ def _at(a, s, i, shape):
 
 
 def _put(p, s, i, shape, value):
-    """Store ``value`` at loop element ``i`` of output ``p``, cast to ``p``'s dtype; returns
-    the value stored (what the floating-point check looks at)."""
-    off = _offset(i, shape, s) if shape else i
-    p[off] = value
-    return p[off]
+    """Store ``value`` at loop element ``i`` of output ``p``, cast to ``p``'s dtype."""
+    p[_offset(i, shape, s) if shape else i] = value
+
+
+def _get(p, s, i, shape):
+    """The value stored at loop element ``i`` of output ``p`` (float16 widened to float32)."""
+    return p[_offset(i, shape, s) if shape else i]
 
 
 def _arg(a, s, i, shape, zero):
@@ -107,15 +109,19 @@ if not SIMULATED:
         cast = p.dtype  # a Numba number type: calling it converts (float32 -> float16, ...)
         if _is_flat(shape):
             def impl(p, s, i, shape, value):
-                stored = cast(value)
-                p[i] = stored
-                return stored
+                p[i] = cast(value)
         else:
             def impl(p, s, i, shape, value):
-                stored = cast(value)
-                p[_offset(i, shape, s)] = stored
-                return stored
+                p[_offset(i, shape, s)] = cast(value)
         return impl
+
+    @overload(_get, inline="always")
+    def _get_typing(p, s, i, shape):
+        # float16 read as float32 (the conversion the loads make): no half-precision arithmetic.
+        wide = types.float32 if p.dtype == types.float16 else p.dtype
+        if _is_flat(shape):
+            return lambda p, s, i, shape: wide(p[i])
+        return lambda p, s, i, shape: wide(p[_offset(i, shape, s)])
 
     @overload(_arg, inline="always")
     def _arg_typing(a, s, i, shape, zero):
@@ -174,8 +180,8 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
     is cast to the type of ``zeros[j]`` (a NumPy scalar of its loop type).
 
     Parameters: the inputs (pointers or scalars) and their element strides, the output and its
-    strides, the flag slot (a pointer to four bytes, see :mod:`.fpflags`), the ``where`` mask (a
-    pointer, or 1 by value) and its strides, the loop shape (``()`` on the flat path) and the
+    strides, the ``where`` mask (a pointer, or 1 by value) and its strides, the flag slot (a
+    pointer to four bytes, see :mod:`.fpflags`), the loop shape (``()`` on the flat path) and the
     element count.
 
     A thread handles ``per_thread`` elements, ``blockDim`` apart (each warp access stays
@@ -185,10 +191,12 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
     the staging array lives in registers. A loop of several input types has no such array
     (one type per array): it takes one element per thread, each argument loaded and cast.
 
-    Each stored result is checked for floating-point errors (:func:`.fpflags.flag`: one compare
-    per element where nothing is wrong) and the thread's findings are published once at its end
-    (:func:`.fpflags.publish`), unless ``GPUFUNCS_FPSTATUS=0``: ``check`` is a closure constant,
-    so the check compiles away and the disk cache keys the two variants apart.
+    Each result is checked for floating-point errors, unless ``GPUFUNCS_FPSTATUS=0`` (``check``
+    is a closure constant: the check compiles away, and the disk cache keys the two variants
+    apart). Per element one compare (:func:`.fpflags.finite_in`: finite as stored); only a thread
+    that found a value that is not finite reads its stored results back and classifies them
+    (:func:`.fpflags.flag`) from the arguments it still holds, and every thread ends with
+    :func:`.fpflags.publish` (a warp vote; stores only where something was found).
     """
     nin = len(zeros)
     check = fpflags.ENABLED
@@ -197,36 +205,43 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
     if len({type(z) for z in zeros}) > 1:
         assert per_thread == 1
 
-        def mixed(ins, sins, out, so, flags, w, sw, shape, n):
+        def mixed(ins, sins, out, so, w, sw, flags, shape, n):
             i = cuda.grid(1)
             bits = 0
             if i < n and _at(w, sw, i, shape):
                 args = _args(ins, sins, i, shape, zeros)
-                stored = _put(out, so, i, shape, dev(*args))
-                if check:
-                    bits = flag(stored, args)
+                r = dev(*args)
+                _put(out, so, i, shape, r)
+                if check and not finite_in(out, r):
+                    bits = flag(_get(out, so, i, shape), args)
             if check:
                 publish(flags, bits)
 
         return mixed
     cast = as_type_of(zeros[0])
 
-    def kernel(ins, sins, out, so, flags, w, sw, shape, n):
+    def kernel(ins, sins, out, so, w, sw, flags, shape, n):
         first = cuda.blockIdx.x * cuda.blockDim.x * per_thread + cuda.threadIdx.x
         vals = cuda.local.array((nin, per_thread), cast)
         for k in range(per_thread):
             i = first + k * cuda.blockDim.x
             if i < n:
                 _load(vals, k, ins, ins, sins, i, shape)
-        bits = 0
+        bad = False
         for k in range(per_thread):
             i = first + k * cuda.blockDim.x
             if i < n and _at(w, sw, i, shape):
-                args = _row(vals, k, ins, ins)
-                stored = _put(out, so, i, shape, dev(*args))
+                r = dev(*_row(vals, k, ins, ins))
+                _put(out, so, i, shape, r)
                 if check:
-                    bits |= flag(stored, args)
+                    bad |= not finite_in(out, r)
         if check:
+            bits = 0
+            if bad:  # rare: classify this thread's elements from what they stored
+                for k in range(per_thread):
+                    i = first + k * cuda.blockDim.x
+                    if i < n and _at(w, sw, i, shape):
+                        bits |= flag(_get(out, so, i, shape), _row(vals, k, ins, ins))
             publish(flags, bits)
 
     return kernel

@@ -10,7 +10,6 @@ writes the per-call values (pointers and scalars) into their slots and calls ``c
 from __future__ import annotations
 
 import math
-import operator
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -157,12 +156,7 @@ class Packer:
         self._count = len(flat)
         self._template = [None if isinstance(v, _Hole) else v for _, v in flat]
         self._positions = [flat[i][1].index for i in holes]  # hole slot -> value index
-        # The per-call values fill the first slots (the flat path): one struct call writes them,
-        # in slot order (``_order``: a C-level reordering where that differs from value order,
-        # as for the flag slot before a ``where`` mask).
-        self._prefix = holes == list(range(len(holes)))
-        in_order = self._positions == sorted(self._positions)
-        self._order = None if in_order or len(holes) < 2 else operator.itemgetter(*self._positions)
+        self._prefix = holes == list(range(len(holes))) and self._positions == sorted(self._positions)
         codes = "".join(_SLOTS[kind] for kind, _ in flat)
         self._block = struct.Struct("<" + codes)
         self._values = struct.Struct("<" + "".join(_SLOTS[flat[i][0]] for i in holes))
@@ -204,15 +198,7 @@ class Packer:
         the per-call values come first (the flat path) it is one ``struct`` call."""
         if not self._prefix:
             return self.pack
-        local, pack_into, pack, order = self._local, self._values.pack_into, self.pack, self._order
-        if order is not None:
-            def pack_reordered(values: Sequence[Any]) -> int:
-                try:
-                    pack_into(local.store, 0, *order(values))
-                    return local.address
-                except (AttributeError, OverflowError):  # as below
-                    return pack(values)
-            return pack_reordered
+        local, pack_into, pack = self._local, self._values.pack_into, self.pack
 
         def pack_prefix(values: Sequence[Any]) -> int:
             try:
@@ -224,7 +210,7 @@ class Packer:
 
     def _write(self, store: np.ndarray, values: Sequence[Any]) -> None:
         if self._prefix:
-            self._values.pack_into(store, 0, *(values if self._order is None else self._order(values)))
+            self._values.pack_into(store, 0, *values)
         else:
             block = self._template.copy()
             for slot, index in zip(self._holes, self._positions):
@@ -300,9 +286,9 @@ class LaunchPlan:
 
     :attr:`launch` takes the per-call values in order: for each input its pointer (an array) or
     its value (a scalar, of its type in the declared ``loop``), then each output's pointer, then the ``where``
-    mask's pointer if there is one, then, where :attr:`takes_flags`, the device address of the
-    call's flag slot (see :mod:`.fpflags`). An elementwise plan made with ``report=False`` (the
-    target's own casts), or with the check compiled out, passes the runtime's unread slot itself.
+    mask's pointer if there is one. An elementwise kernel's flags (see :mod:`.fpflags`) go to the
+    runtime's unread slot; :attr:`launch_flagged` takes a slot of the call's own (not for plans
+    made with ``report=False``, the target's own casts, nor with the check compiled out).
     """
 
     def __init__(self, kernels: Any, loop: Loop, inputs: list[Layout], outputs: list[Layout],
@@ -331,16 +317,17 @@ class LaunchPlan:
             else:
                 params.append((hole, s))
         w, sw = params.pop() if where is not None else (_ONE, ())
-        #: Whether :attr:`launch` takes a flag slot's address after the other values.
+        #: Whether there is :attr:`launch_flagged`: an elementwise plan, its results checked.
         self.takes_flags = spec.layout is None and report and fpflags.ENABLED
+        flagged: tuple[Any, ...] = ()
         if spec.layout is None:
             (out, so), ins = params[-1], params[:-1]
-            # The flag slot right after the output: on the flat path the per-call values then
-            # fill the first parameter slots, masked or not (see Packer).
-            flags = (_Hole(len(every), np.dtype(np.uint8), True) if self.takes_flags
-                     else _Fixed(runtime.flag_ring().discard, np.dtype(np.uint8)))
-            self.params: tuple[Any, ...] = (tuple(p for p, _ in ins), tuple(s for _, s in ins), out, so,
-                                            flags, w, sw, shape, self.n)
+            # The flag slot after the mask: :attr:`launch` passes the unread slot as a constant
+            # (its per-call values still fill the first parameter slots: one struct call).
+            head = (tuple(p for p, _ in ins), tuple(s for _, s in ins), out, so, w, sw)
+            self.params: tuple[Any, ...] = (*head, _Fixed(runtime.flag_ring().discard, np.dtype(np.uint8)),
+                                            shape, self.n)
+            flagged = (*head, _Hole(len(every), np.dtype(np.uint8), True), shape, self.n)
         else:
             self.params = (tuple(p for p, _ in params), tuple(s for _, s in params), w, sw, shape, self.n)
         argtypes = tuple(_numba_type(p) for p in self.params)
@@ -350,10 +337,17 @@ class LaunchPlan:
         #: and scalars (see the class docstring). One closure from the runtime, which packs the
         #: values and calls the driver: a small call's launch costs two Python calls.
         self.launch: Callable[[Sequence[Any], int], None] = _nothing
+        #: Where :attr:`takes_flags`: ``launch_flagged(values, handle)``, the same launch with
+        #: one more value after the others, the device address of the call's flag slot.
+        self.launch_flagged: Callable[[Sequence[Any], int], None] = _nothing
         if self.n:
-            layout = self.params
-            pack = (lambda values: _sim(layout, values)) if runtime.simulated else Packer(layout).packer()
-            self.launch = runtime.launcher(self.kernel, self.blocks, pack)
+            self.launch = self._launcher(self.params, runtime)
+            if self.takes_flags:
+                self.launch_flagged = self._launcher(flagged, runtime)
+
+    def _launcher(self, layout: tuple[Any, ...], runtime: Runtime) -> Callable[[Sequence[Any], int], None]:
+        pack = (lambda values: _sim(layout, values)) if runtime.simulated else Packer(layout).packer()
+        return runtime.launcher(self.kernel, self.blocks, pack)
 
 
 def _nothing(values: Sequence[Any], handle: int) -> None:
