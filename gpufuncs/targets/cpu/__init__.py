@@ -38,10 +38,12 @@ from ..base import (
     Executor,
     Plan,
     Target,
+    bounds_checked,
     compiling,
     copy_cast,
     is_contiguous,
     mask_before_write,
+    naming_index_errors,
     overlap_guard,
     read_before_write,
 )
@@ -70,9 +72,10 @@ def _numba_object(spec: KernelSpec, target: str, declared: tuple[Loop, ...]) -> 
     # Built from the same vector-math copy as the flat loops (so that both paths agree bit for
     # bit), and without Numba's disk cache: it keys entries by bytecode, which the copy shares
     # with the original function (see vecmath.with_vector_math).
-    pyfunc = compiled_body(spec, with_vector_math, numba.njit(**loops.options()))
+    checks = {"boundscheck": True} if bounds_checked(spec) else {}
+    pyfunc = compiled_body(spec, with_vector_math, numba.njit(**loops.options(), **checks))
     sigs = [loop.signature for loop in declared]
-    opts = {"target": target, "cache": False, "nopython": True}
+    opts = {"target": target, "cache": False, "nopython": True, **checks}
     if spec.layout is None:
         return numba.vectorize(sigs, identity=_numba_identity(spec.identity), **opts)(pyfunc)
     # Numba refuses output-only core dimensions (numba#2797): outputs are compiled as writable
@@ -117,7 +120,8 @@ def _kernel_key(spec: KernelSpec) -> str | None:
     depends = cache.dependency_digest(spec.pyfunc)
     if spec.source_key is None or depends is None:
         return None
-    return f"{spec.source_key}:{depends}:{_library_digest()}"
+    checks = ":boundscheck" if bounds_checked(spec) else ""
+    return f"{spec.source_key}:{depends}:{_library_digest()}{checks}"
 
 
 def _cache_key(spec: KernelSpec, loop: Loop) -> str | None:
@@ -171,7 +175,8 @@ class CpuKernel:
                     cache.name_after(copy, key)
                 return copy
 
-            jit = numba.njit(**loops.options())
+            checks = {"boundscheck": True} if bounds_checked(self.spec) else {}
+            jit = numba.njit(**loops.options(), **checks)
             self._scalar = jit(compiled_body(self.spec, prepare, jit))
         return self._scalar
 
@@ -240,6 +245,10 @@ class CpuTarget(Target):
         return compiled.numba_object()
 
     def prepare(self, spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
+        executor = self._prepare(spec, compiled, plan)
+        return naming_index_errors(spec, executor) if bounds_checked(spec) else executor
+
+    def _prepare(self, spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
         if self.name != "parallel":
             return _executor(spec, compiled, plan, threaded=False)
         # Numba's threading layer can take the process down: see layers.py.
