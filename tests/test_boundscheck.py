@@ -41,7 +41,8 @@ def bounds_within(x, out):
 def test_an_index_out_of_range_is_an_index_error_naming_the_kernel(target, strided):
     x = np.arange(24.0).reshape(4, 6)
     x = x[:, ::2] if strided else x
-    with pytest.raises(IndexError, match=r"bounds_one_too_far: an index in the kernel's body is out of bounds"):
+    message = r"bounds_one_too_far: an index in the kernel's body is out of bounds"
+    with pytest.raises(IndexError, match=message):
         bounds_one_too_far(x, target=target)
 
 
