@@ -82,6 +82,7 @@ def numpy_arithmetic(func: Any) -> Any:
     function
         ``func`` itself.
     """
+    _register_cpu()
     _KERNEL_CODE.add(func)
     return func
 
@@ -270,7 +271,10 @@ def _rewrite_class(ir_module: Any, base: type, mk_unique_var: Callable[[str], st
     return NumpyComplexArithmetic
 
 
+@cache
 def _register_cpu() -> None:
+    """Register the rewrite in Numba's pipeline (once, when the first kernel copy is made:
+    importing ``ir_utils`` and making the intrinsics costs tens of milliseconds)."""
     from numba.core import ir as nir
     from numba.core.ir_utils import mk_unique_var
     from numba.core.rewrites import Rewrite, register_rewrite
@@ -292,8 +296,6 @@ def register_cuda() -> None:
     intrinsics = {emit: _intrinsic(intrinsic, emit, gpu=True) for emit in (_multiply, _divide)}
     register_rewrite("after-inference")(_rewrite_class(cir, Rewrite, mk_unique_var, intrinsics))
 
-
-_register_cpu()
 
 
 # -- cmath.exp -------------------------------------------------------------------------------------
@@ -320,7 +322,6 @@ def exp(z: complex) -> complex:
         return np.exp(kind(z))
 
 
-@overload(exp)
 def _exp_typing(z):  # unannotated: Numba compares the parameters
     """glibc's ``__cexp`` (``s_cexp_template.c``), which NumPy's ``np.exp`` calls for complex
     numbers. Every constant is of the argument's precision (float32 arithmetic stays float32)."""
@@ -382,6 +383,7 @@ def cmath_namespace() -> pytypes.ModuleType:
     for attr in dir(cmath):
         if not attr.startswith("_"):
             setattr(mod, attr, getattr(cmath, attr))
+    overload(exp)(_exp_typing)  # registered once, with the namespace that reaches it
     mod.exp = exp
     return mod
 
@@ -392,5 +394,6 @@ def swapped(value: Any) -> Any:
     if value is cmath:
         return cmath_namespace()
     if value is cmath.exp:
+        cmath_namespace()  # the overload of exp
         return exp
     return value
