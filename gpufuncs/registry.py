@@ -175,6 +175,10 @@ def _tolerances(given: Mapping[Any, Tolerance | float] | None) -> dict[Any, Tole
     return result
 
 
+#: Where the built-in kernels are defined: not type-checked at definition.
+_BUILTIN_MODULES = "gpufuncs.kernels."
+
+
 def _define(
     func: Callable[..., Any],
     *,
@@ -229,6 +233,12 @@ def _define(
         lazy=not signatures,
         boundscheck=bool(boundscheck),
     )
+    if loops and not func.__module__.startswith(_BUILTIN_MODULES):
+        # A body Numba cannot type for a declared signature is refused now, not at the first
+        # call (the built-ins are tested, and typing them would cost every import).
+        from .targets.cpu.typecheck import check_signatures
+
+        check_signatures(spec)
     return registry.register(Kernel(spec), replace=replace)
 
 

@@ -106,11 +106,12 @@ def _compile(spec: KernelSpec, target: str, build: Callable[[], Any]) -> Any:
 @functools.cache
 def _library_digest() -> str:
     """What the compiled loops depend on besides the kernel and the loops' own file (whose
-    change Numba notices): the vector math's, the scalar helpers' and the kernel copies' sources."""
+    change Numba notices): the vector math's, the scalar helpers', the kernel copies' and the
+    complex arithmetic's sources."""
     from ... import scalar
-    from .. import compose
+    from .. import compose, numpy_complex
 
-    sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar, compose))
+    sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar, compose, numpy_complex))
     return hashlib.sha256(sources).hexdigest()[:16]
 
 
