@@ -47,6 +47,7 @@ import pytest
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
+from test_types import types_floor_divide, types_multiply
 
 import gpufuncs as gf
 
@@ -140,16 +141,8 @@ def conformance_int_add(a, b):
     return a + b
 
 
-@gf.ufunc(signatures=["int64(int64, int64)", "uint64(uint64, uint64)"], reference=np.floor_divide,
-          replace=True)
-def conformance_floor_divide(a, b):
-    return a // b
-
-
-@gf.ufunc(signatures=["complex64(complex64, complex64)", "complex128(complex128, complex128)"],
-          reference=np.multiply, replace=True)
-def conformance_complex_multiply(a, b):
-    return a * b
+# Integer a // b and complex a * b: test_types.py's kernels (NumPy's floor_divide, multiply).
+conformance_floor_divide, conformance_complex_multiply = types_floor_divide, types_multiply
 
 
 @gf.ufunc(signatures=["boolean(int64, int64)", "boolean(float64, float64)"], reference=np.less,
