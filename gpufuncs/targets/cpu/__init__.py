@@ -72,7 +72,7 @@ def _numba_object(spec: KernelSpec, target: str, declared: tuple[Loop, ...]) -> 
     # Built from the same vector-math copy as the flat loops (so that both paths agree bit for
     # bit), and without Numba's disk cache: it keys entries by bytecode, which the copy shares
     # with the original function (see vecmath.with_vector_math).
-    checks = {"boundscheck": True} if bounds_checked(spec) else {}
+    checks = _checks(spec)
     pyfunc = compiled_body(spec, with_vector_math, numba.njit(**loops.options(), **checks))
     sigs = [loop.signature for loop in declared]
     opts = {"target": target, "cache": False, "nopython": True, **checks}
@@ -82,6 +82,11 @@ def _numba_object(spec: KernelSpec, target: str, declared: tuple[Loop, ...]) -> 
     # inputs, and the executors always allocate or validate ``out`` themselves.
     writable = tuple(range(spec.nin, spec.nin + spec.nout))
     return numba.guvectorize(sigs, spec.layout.numba_layout, writable_args=writable, **opts)(pyfunc)
+
+
+def _checks(spec: KernelSpec) -> dict[str, bool]:
+    """Numba's options for the kernel's body beyond :func:`.loops.options`: its bounds checks."""
+    return {"boundscheck": True} if bounds_checked(spec) else {}
 
 
 def _numba_identity(identity: float | None) -> int | str | None:
@@ -176,8 +181,7 @@ class CpuKernel:
                     cache.name_after(copy, key)
                 return copy
 
-            checks = {"boundscheck": True} if bounds_checked(self.spec) else {}
-            jit = numba.njit(**loops.options(), **checks)
+            jit = numba.njit(**loops.options(), **_checks(self.spec))
             self._scalar = jit(compiled_body(self.spec, prepare, jit))
         return self._scalar
 
