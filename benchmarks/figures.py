@@ -34,8 +34,9 @@ MULTIGPU_MACHINES = (("multigpu-nvidia-h200", "2 x H200"),)
 #: (result file, title, the column compared, its reference): integer and complex kernels
 #: (``python -m benchmarks.bench_types``) and kernels calling kernels (``--suite compose``).
 RATIO_TABLES = (
-    ("types", "int64 and complex128 kernels, 2-core CI machine", "auto/np", "NumPy's expression"),
-    ("types-h100", "int64 and complex128 kernels, H100", "pipelined /cupy", "CuPy's ElementwiseKernel"),
+    ("types", "int64, complex128 and two-output kernels, 2-core CI machine", "auto/np", "NumPy's expression"),
+    ("types-h100", "int64, complex128 and two-output kernels, H100", "pipelined /cupy",
+     "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
     ("cpu_compose", "a kernel calling kernels, 2-core CI machine", "cpu composed/hand", "the body by hand"),
     ("gpu-h100_compose", "a kernel calling kernels, H100", "composed/hand pipe", "the body by hand"),
 )

@@ -175,6 +175,10 @@ def _tolerances(given: Mapping[Any, Tolerance | float] | None) -> dict[Any, Tole
     return result
 
 
+#: Where the built-in kernels are defined: not type-checked at definition.
+_BUILTIN_MODULES = "gpufuncs.kernels."
+
+
 def _define(
     func: Callable[..., Any],
     *,
@@ -188,6 +192,7 @@ def _define(
     domains: Mapping[str, tuple[float, float]] | None,
     replace: bool,
     benchmark: Benchmark | None = None,
+    boundscheck: bool = False,
 ) -> Kernel:
     kname = name or func.__name__
     params = tuple(inspect.signature(func).parameters)
@@ -226,7 +231,14 @@ def _define(
         arg_names=params,
         benchmark=benchmark,
         lazy=not signatures,
+        boundscheck=bool(boundscheck),
     )
+    if loops and not func.__module__.startswith(_BUILTIN_MODULES):
+        # A body Numba cannot type for a declared signature is refused now, not at the first
+        # call (the built-ins are tested, and typing them would cost every import).
+        from .targets.cpu.typecheck import check_signatures
+
+        check_signatures(spec)
     return registry.register(Kernel(spec), replace=replace)
 
 
@@ -243,6 +255,7 @@ def ufunc(
     domains: Mapping[str, tuple[float, float]] | None = None,
     replace: bool = False,
     benchmark: Benchmark | None = None,
+    boundscheck: bool = False,
 ) -> Any:
     """Declare an elementwise kernel from a scalar Python function.
 
@@ -282,6 +295,11 @@ def ufunc(
     benchmark : Benchmark, optional
         What ``python -m benchmarks`` compares the kernel with (its NumPy/SciPy expression, its
         CuPy formula) and calls it with; the library itself never needs it.
+    boundscheck : bool
+        Compile the body with bounds checks (as Numba's ``boundscheck=True``; also on for
+        every kernel with the environment variable ``GPUFUNCS_BOUNDSCHECK=1``, or Numba's
+        ``NUMBA_BOUNDSCHECK=1``): an out-of-range index raises an ``IndexError`` naming the
+        kernel on ``cpu`` and ``parallel``; ``cuda`` cannot check and refuses such calls.
 
     Returns
     -------
@@ -302,7 +320,7 @@ def ufunc(
     def decorate(func: Callable[..., Any]) -> Kernel:
         return _define(func, signatures=signatures, layout=None, reference=reference, name=name,
                        tolerances=tolerances, doc=doc, identity=identity, domains=domains,
-                       replace=replace, benchmark=benchmark)
+                       replace=replace, benchmark=benchmark, boundscheck=boundscheck)
 
     return decorate if func is None else decorate(func)
 
@@ -318,6 +336,7 @@ def gufunc(
     domains: Mapping[str, tuple[float, float]] | None = None,
     replace: bool = False,
     benchmark: Benchmark | None = None,
+    boundscheck: bool = False,
 ) -> Callable[[Callable[..., Any]], Kernel]:
     """Declare a generalized kernel: a scalar-style function that writes its output arrays.
 
@@ -331,7 +350,7 @@ def gufunc(
         Numba signatures returning ``void``, e.g. ``["void(float32, float32[:])", ...]``.
     layout : str
         NumPy gufunc layout, e.g. ``"()->(n)"``.
-    reference, name, tolerances, doc, domains, replace, benchmark
+    reference, name, tolerances, doc, domains, replace, benchmark, boundscheck
         As for :func:`ufunc`. The reference and the benchmark's expressions receive the inputs
         and the output-only sizes.
 
@@ -344,7 +363,7 @@ def gufunc(
     def decorate(func: Callable[..., Any]) -> Kernel:
         return _define(func, signatures=signatures, layout=layout, reference=reference, name=name,
                        tolerances=tolerances, doc=doc, identity=None, domains=domains,
-                       replace=replace, benchmark=benchmark)
+                       replace=replace, benchmark=benchmark, boundscheck=boundscheck)
 
     return decorate
 

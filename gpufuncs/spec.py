@@ -341,6 +341,9 @@ class KernelSpec:
     lazy : bool
         Declared without signatures: calls add loops for new input types (see
         :mod:`gpufuncs.dispatch.lazy`).
+    boundscheck : bool
+        Compile the body with Numba's bounds checks: an out-of-range index is an
+        ``IndexError`` naming the kernel (see :func:`gpufuncs.targets.base.bounds_checked`).
     tuple_results : bool
         This is the gufunc form of an elementwise kernel of several outputs (see
         :attr:`executed`): ``pyfunc`` returns the outputs' values as a tuple, which the targets
@@ -359,6 +362,7 @@ class KernelSpec:
     arg_names: tuple[str, ...] = ()
     benchmark: Benchmark | None = None
     lazy: bool = False
+    boundscheck: bool = False
     tuple_results: bool = False
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ builds with them) selects the loop, and NumPy's own ufunc computes it (``signatu
 Numba ufunc where NumPy has none. Left out, each with its reason in :func:`_excluded` and the
 tests at the end: ``-2**63 // -1`` (docs/semantics.md), the GPU's float remainder
 (docs/semantics.md) and a NumPy bug (``where=`` with a cast, overlapping ``out=``); a complex
-result's NaN parts are compared as NaN, their sign pinned by an xfail test. What the property
+result's NaN parts are compared as NaN, their sign pinned on the host by a test. What the property
 tests found in gpufuncs (``dtype=`` selecting by the call's casting, a Python complex beside
 float32, a Python int's ``OverflowError`` after ``out=``'s errors) is fixed and pinned there.
 
@@ -47,6 +47,7 @@ import pytest
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
+from test_types import types_floor_divide, types_multiply
 
 import gpufuncs as gf
 
@@ -140,16 +141,8 @@ def conformance_int_add(a, b):
     return a + b
 
 
-@gf.ufunc(signatures=["int64(int64, int64)", "uint64(uint64, uint64)"], reference=np.floor_divide,
-          replace=True)
-def conformance_floor_divide(a, b):
-    return a // b
-
-
-@gf.ufunc(signatures=["complex64(complex64, complex64)", "complex128(complex128, complex128)"],
-          reference=np.multiply, replace=True)
-def conformance_complex_multiply(a, b):
-    return a * b
+# Integer a // b and complex a * b: test_types.py's kernels (NumPy's floor_divide, multiply).
+conformance_floor_divide, conformance_complex_multiply = types_floor_divide, types_multiply
 
 
 @gf.ufunc(signatures=["boolean(int64, int64)", "boolean(float64, float64)"], reference=np.less,
@@ -947,10 +940,9 @@ def test_a_python_complex_is_weak_beside_float32() -> None:
     assert conformance_complex_multiply(x, 1j, target="cpu").dtype == np.complex64
 
 
-@pytest.mark.xfail(strict=True, reason="a NaN part's sign: NumPy's complex64 multiply gives +NaN for "
-                   "0j * (inf+nanj), the kernel's scalar code -NaN (x86's default NaN); the property test "
-                   "compares NaN parts as NaN: the lead decides whether this is a documented difference")
 def test_complex_multiply_gives_numpys_nan_signs() -> None:
+    """The property test compares a complex result's NaN parts as NaN; their signs are NumPy's
+    on the host (kernels compute complex products in NumPy's order of operations)."""
     a, b = np.array([0j], np.complex64), np.array([complex(math.inf, math.nan)], np.complex64)
     with np.errstate(invalid="ignore"):
         ours, numpys = conformance_complex_multiply(a, b, target="cpu"), np.multiply(a, b)

@@ -39,13 +39,14 @@ def run_scenario(*argv: str, env: dict[str, str] | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def ulp_kernel(name: str = "failing_ulp") -> gf.Kernel:
-    """``math.ulp``: plain Python (the CUDA simulator runs it) that Numba cannot compile."""
-    def ulp(x):
-        return math.ulp(x)
+def ulp(x):
+    return math.ulp(x)
 
-    return gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: np.spacing(np.abs(x)),
-                    name=name, replace=True)(ulp)
+
+def ulp_kernel(name: str = "failing_ulp") -> gf.Kernel:
+    """``math.ulp``: plain Python (the CUDA simulator runs it) that Numba cannot compile. Lazy:
+    declared with signatures, it is refused at definition (see the definition tests below)."""
+    return gf.ufunc(reference=lambda x: np.spacing(np.abs(x)), name=name, replace=True)(ulp)
 
 
 def works_everywhere() -> list[str]:
@@ -75,7 +76,7 @@ def test_a_failing_kernel_raises_the_same_error_on_every_retry(target, restore_r
     kernel = ulp_kernel()
     errors = []
     for _ in range(3):
-        expected = f"'failing_ulp' failed to compile for target '{target}'"
+        expected = "'failing_ulp' failed to compile for inputs float64: Unknown attribute 'ulp'"
         with pytest.raises(gf.KernelCompileError, match=expected) as info:
             kernel(X, target=target)
         errors.append(str(info.value))
@@ -92,8 +93,16 @@ def test_a_kernel_failing_on_the_host_works_on_the_cuda_simulator():
 
 def simulator() -> dict:
     """A kernel Numba cannot compile for the host: fails on cpu and parallel (twice each, in
-    turns with the CUDA simulator, where it runs), and leaves every other kernel working."""
-    kernel = ulp_kernel()
+    turns with the CUDA simulator, where it runs), and leaves every other kernel working.
+
+    Declared with signatures past the definition check (switched off here: it refuses this
+    body, see the definition tests; what it stands for is a body whose typing passes and whose
+    code generation fails), since a lazy kernel types its body on the host for every target."""
+    from gpufuncs.targets.cpu import typecheck
+
+    typecheck.check_signatures = lambda spec: None
+    kernel = gf.ufunc(signatures=gf.float_signatures(1), reference=lambda x: np.spacing(np.abs(x)),
+                      name="failing_ulp", replace=True)(ulp)
     host, cuda = [], []
     for _ in range(2):
         for target in ("cpu", "parallel"):
@@ -105,6 +114,79 @@ def simulator() -> dict:
         result = kernel(X[:64], target="cuda")  # the simulator runs one Python thread per element
         cuda.append(bool(np.array_equal(result, np.spacing(np.abs(X[:64])))))
     return {"host": host, "cuda": cuda, "others": works_everywhere()}
+
+
+# -- definition errors ------------------------------------------------------------------------------
+def _attribute(x):
+    return x.no_such_attribute
+
+
+def _string(x):
+    return "a"
+
+
+def _undefined(x):
+    return no_such_function(x)  # noqa: F821  (the point of the test)
+
+
+def _complex(x):
+    return x * 1j
+
+
+@pytest.mark.parametrize(("body", "numba_says"), [
+    (_attribute, "Unknown attribute 'no_such_attribute' of type float64"),
+    (_string, "No conversion from Literal[str](a) to float64"),
+    (_undefined, "NameError: name 'no_such_function' is not defined"),
+    (_complex, "No conversion from complex128 to float64"),
+    (ulp, "Unknown attribute 'ulp'"),
+], ids=["attribute", "string", "undefined", "complex", "ulp"])
+def test_a_body_that_cannot_be_typed_is_refused_at_definition(body, numba_says, restore_registry,
+                                                               tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUFUNCS_CACHE_DIR", str(tmp_path))  # no marker from an earlier run
+    with pytest.raises(gf.KernelDefinitionError) as info:
+        gf.ufunc(signatures=["float64(float64)"], name="failures_untyped", replace=True)(body)
+    message = str(info.value)
+    assert message.startswith("kernel 'failures_untyped': its body cannot be compiled for "
+                              "signature 'float64(float64)': ")
+    assert numba_says in message
+    assert "\x1b[" not in message and "Failed in" not in message and "Traceback" not in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no Numba traceback
+    assert "failures_untyped" not in gf.names()
+
+
+def test_the_check_covers_every_signature_and_gufuncs(restore_registry, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUFUNCS_CACHE_DIR", str(tmp_path))
+
+    def real_only(x):
+        return math.sqrt(x)
+
+    with pytest.raises(gf.KernelDefinitionError, match=r"signature 'complex128\(complex128\)'"):
+        gf.ufunc(signatures=["float64(float64)", "complex128(complex128)"],
+                 name="failures_real_only", replace=True)(real_only)
+
+    def fills(x, out):
+        out[0] = x.imag_part
+
+    with pytest.raises(gf.KernelDefinitionError, match=r"kernel 'failures_fills'.*imag_part"):
+        gf.gufunc(signatures=["void(float64, float64[:])"], layout="()->()",
+                  name="failures_fills", replace=True)(fills)
+
+
+def test_a_checked_kernel_is_not_checked_again(restore_registry, tmp_path, monkeypatch):
+    """A marker per kernel key and loop: defining the same code again types nothing."""
+    from gpufuncs.targets.cpu import typecheck
+
+    monkeypatch.setenv("GPUFUNCS_CACHE_DIR", str(tmp_path))
+    gf.ufunc(signatures=gf.float_signatures(1), name="failures_twice", replace=True)(_doubled)
+    assert len(list((tmp_path / "typed").iterdir())) == 2
+    typed = []
+    monkeypatch.setattr(typecheck, "type_signature", lambda *args: typed.append(args))
+    kernel = gf.ufunc(signatures=gf.float_signatures(1), name="failures_twice", replace=True)(_doubled)
+    assert typed == [] and kernel(np.float64(1.5)) == 3.0
+
+
+def _doubled(x):
+    return x * 2.0
 
 
 # -- Ctrl-C ---------------------------------------------------------------------------------------

@@ -67,8 +67,15 @@ def types_scale(x, n):
 # parallel runs the very code cpu runs (and the tests below run it): the property check runs on
 # cpu and cuda
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "parallel"])
-@pytest.mark.parametrize("kernel", [types_add, types_floor_divide, types_multiply, types_zsq,
-                                    types_less, types_scale], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("kernel", [
+    types_add, types_floor_divide,
+    # The simulator runs a kernel as Python on NumPy values: for 0-d operands, NumPy's scalar
+    # complex multiply (four rounded products), not the fused array loop the reference runs;
+    # at the overflow edge they differ. test_complex.py checks the simulator's multiply there.
+    *(pytest.param(k, marks=pytest.mark.skipif(SIMULATED, reason="NumPy's scalar complex "
+                                               "multiply on the simulator: see test_complex.py"))
+      for k in (types_multiply, types_zsq)),
+    types_less, types_scale], ids=lambda k: k.__name__)
 def test_kernel_agrees_with_numpy_on_its_own_dtypes(kernel, target):
     # types_add: the widest and narrowest integers of each sign, and float64 (each loop is a
     # compilation per argument kind: all eleven cost minutes of CI on a cold cache)

@@ -45,8 +45,10 @@ def loop_for(spec: KernelSpec, dtypes: list[Any]) -> Loop:
     try:
         typed.compile(argtypes)
     except Exception as exc:
+        from ..targets.cpu.typecheck import numba_message
+
         raise KernelCompileError(f"kernel {spec.name!r} failed to compile for inputs "
-                                 f"{', '.join(map(str, argtypes))}: {exc}") from exc
+                                 f"{', '.join(map(str, argtypes))}: {numba_message(exc)}") from exc
     returned = typed.overloads[argtypes].signature.return_type
     if isinstance(returned, types.BaseTuple):
         raise KernelDefinitionError(f"kernel {spec.name!r} returns {returned}: a kernel without "

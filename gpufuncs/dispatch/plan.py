@@ -203,7 +203,7 @@ def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any, casting: s
     would compute an int8 in float16.
     ``TypeError`` when there is none (longdouble has none, as in any ufunc without one)."""
     wanted = None if requested is None else _requested(spec, requested)
-    weak = weak_scalars(dtypes) if wanted is None else checked_weak(dtypes)
+    weak = weak_scalars(dtypes)  # NumPy's should_use_min_scalar_weak_literals, dtype= or not
     dtypes = [operand_dtype(d, weak) for d in dtypes]
     half = wanted == HALF or any(d == HALF for d in dtypes if not isinstance(d, type))
     candidates = [lp for lp in spec.selectable if half or lp.runs is None]

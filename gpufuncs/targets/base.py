@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numba
 import numpy as np
 
 from ..spec import KernelSpec, Loop
@@ -396,3 +397,27 @@ class DeviceArrays:
         ``strides`` (a gufunc's ``axes=``: its operands transposed): an array of the same kind
         where its library makes views, never a copy (``TypeError`` where none can be made)."""
         raise TypeError(f"{type(obj).__name__} arrays cannot be viewed with other axes")
+
+
+def bounds_checked(spec: KernelSpec) -> bool:
+    """Whether ``spec``'s body is compiled with bounds checks: its ``boundscheck=True``, the
+    environment variable ``GPUFUNCS_BOUNDSCHECK=1``, or Numba's own ``NUMBA_BOUNDSCHECK=1``
+    (which turns them on in every function Numba compiles)."""
+    return (spec.boundscheck or os.environ.get("GPUFUNCS_BOUNDSCHECK", "0") not in ("", "0")
+            or bool(numba.config.BOUNDSCHECK))
+
+
+def naming_index_errors(spec: KernelSpec, executor: Executor) -> Executor:
+    """``executor``, raising a bounds check's ``IndexError`` with the kernel's name (Numba's
+    says only "index is out of bounds")."""
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return executor(*args, **kwargs)
+        except IndexError as exc:
+            if "out of bounds" not in str(exc):
+                raise
+            raise IndexError(f"{spec.name}: an index in the kernel's body is out of bounds ({exc}; "
+                             "bounds checks are on)") from exc
+
+    return checked

@@ -38,10 +38,12 @@ from ..base import (
     Executor,
     Plan,
     Target,
+    bounds_checked,
     compiling,
     copy_cast,
     is_contiguous,
     mask_before_write,
+    naming_index_errors,
     overlap_guard,
     read_before_write,
 )
@@ -70,15 +72,21 @@ def _numba_object(spec: KernelSpec, target: str, declared: tuple[Loop, ...]) -> 
     # Built from the same vector-math copy as the flat loops (so that both paths agree bit for
     # bit), and without Numba's disk cache: it keys entries by bytecode, which the copy shares
     # with the original function (see vecmath.with_vector_math).
-    pyfunc = compiled_body(spec, with_vector_math, numba.njit(**loops.options()))
+    checks = _checks(spec)
+    pyfunc = compiled_body(spec, with_vector_math, numba.njit(**loops.options(), **checks))
     sigs = [loop.signature for loop in declared]
-    opts = {"target": target, "cache": False, "nopython": True}
+    opts = {"target": target, "cache": False, "nopython": True, **checks}
     if spec.layout is None:
         return numba.vectorize(sigs, identity=_numba_identity(spec.identity), **opts)(pyfunc)
     # Numba refuses output-only core dimensions (numba#2797): outputs are compiled as writable
     # inputs, and the executors always allocate or validate ``out`` themselves.
     writable = tuple(range(spec.nin, spec.nin + spec.nout))
     return numba.guvectorize(sigs, spec.layout.numba_layout, writable_args=writable, **opts)(pyfunc)
+
+
+def _checks(spec: KernelSpec) -> dict[str, bool]:
+    """Numba's options for the kernel's body beyond :func:`.loops.options`: its bounds checks."""
+    return {"boundscheck": True} if bounds_checked(spec) else {}
 
 
 def _numba_identity(identity: float | None) -> int | str | None:
@@ -103,11 +111,12 @@ def _compile(spec: KernelSpec, target: str, build: Callable[[], Any]) -> Any:
 @functools.cache
 def _library_digest() -> str:
     """What the compiled loops depend on besides the kernel and the loops' own file (whose
-    change Numba notices): the vector math's, the scalar helpers' and the kernel copies' sources."""
+    change Numba notices): the vector math's, the scalar helpers', the kernel copies' and the
+    complex arithmetic's sources."""
     from ... import scalar
-    from .. import compose
+    from .. import compose, numpy_complex
 
-    sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar, compose))
+    sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar, compose, numpy_complex))
     return hashlib.sha256(sources).hexdigest()[:16]
 
 
@@ -117,7 +126,8 @@ def _kernel_key(spec: KernelSpec) -> str | None:
     depends = cache.dependency_digest(spec.pyfunc)
     if spec.source_key is None or depends is None:
         return None
-    return f"{spec.source_key}:{depends}:{_library_digest()}"
+    checks = ":boundscheck" if bounds_checked(spec) else ""
+    return f"{spec.source_key}:{depends}:{_library_digest()}{checks}"
 
 
 def _cache_key(spec: KernelSpec, loop: Loop) -> str | None:
@@ -171,7 +181,7 @@ class CpuKernel:
                     cache.name_after(copy, key)
                 return copy
 
-            jit = numba.njit(**loops.options())
+            jit = numba.njit(**loops.options(), **_checks(self.spec))
             self._scalar = jit(compiled_body(self.spec, prepare, jit))
         return self._scalar
 
@@ -240,6 +250,10 @@ class CpuTarget(Target):
         return compiled.numba_object()
 
     def prepare(self, spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
+        executor = self._prepare(spec, compiled, plan)
+        return naming_index_errors(spec, executor) if bounds_checked(spec) else executor
+
+    def _prepare(self, spec: KernelSpec, compiled: CpuKernel, plan: Plan) -> Executor:
         if self.name != "parallel":
             return _executor(spec, compiled, plan, threaded=False)
         # Numba's threading layer can take the process down: see layers.py.

@@ -187,7 +187,7 @@ def _without(run: Callable[[tuple[Any, ...]], int], inputs: tuple[Any, ...], cor
     for a, c in zip(inputs, core):
         if isinstance(a, np.ndarray) and a.ndim:
             copy = np.empty_like(a)  # the same layout: the loop was compiled for it
-            np.copyto(copy, np.where(bad.reshape(bad.shape + (1,) * c), a[first], a))
+            copy[...] = np.where(bad.reshape(bad.shape + (1,) * c), a[first], a)  # an input's copy
             replaced.append(copy)
         else:
             replaced.append(a)

@@ -97,6 +97,8 @@ from numba.extending import intrinsic, overload
 
 from ...spec import kernel_spec
 from ..compose import Copies, rebind
+from ..numpy_complex import numpy_arithmetic
+from ..numpy_complex import swapped as numpy_cmath
 
 __all__ = ["exp", "exp2", "expm1", "log", "log1p", "namespace", "pow", "sqrt", "with_vector_math"]
 
@@ -895,7 +897,8 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
         :func:`namespace` where ``pyfunc``'s name the ``math`` module, a replacement where they
         name a replaced ``math`` function (``from math import exp``), and an inlined copy where
         they name an ``@njit`` helper or a gpufuncs elementwise kernel (see below), also where
-        the code reads one through a module (``gf.clamp``).
+        the code reads one through a module (``gf.clamp``). Its complex ``*`` and ``/`` compile
+        to NumPy's (see :mod:`~gpufuncs.targets.numpy_complex`).
 
     Notes
     -----
@@ -918,19 +921,20 @@ def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
     """
     if not isinstance(pyfunc, types.FunctionType):
         raise TypeError(f"with_vector_math needs a Python function, got {type(pyfunc).__name__}")
-    return rebind(pyfunc, _swapped)
+    return numpy_arithmetic(rebind(pyfunc, _swapped))
 
 
 def _swapped(value: Any) -> Any:
     """:func:`namespace` for the ``math`` module, the replacement of a replaced ``math``
-    function, the inlined copy of an ``@njit`` helper or of a kernel, anything else as it is."""
+    function, the inlined copy of an ``@njit`` helper or of a kernel, NumPy's ``cmath`` (see
+    :func:`~gpufuncs.targets.numpy_complex.swapped`), anything else as it is."""
     if value is math:
         return namespace()
     if isinstance(value, types.BuiltinFunctionType) and getattr(math, value.__name__, None) is value:
         return getattr(namespace(), value.__name__)
     if isinstance(value, CPUDispatcher) or kernel_spec(value) is not None:
         return _inlined(value)
-    return value
+    return numpy_cmath(value)
 
 
 def _inline_copy(callee: Any) -> Any:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import KernelSpec
-from ..base import DEVICE, Executor, Plan, Target
+from ..base import DEVICE, Executor, Plan, Target, bounds_checked
 
 
 @functools.cache
@@ -142,6 +142,11 @@ class CudaTarget(Target):
         chunks, on ``device=`` (one GPU or all) or the current GPU."""
         from . import device, host  # imported on the first call: they need numba.cuda
         from .runtime import device_count
+        if bounds_checked(spec):
+            raise TypeError(f"{spec.name}: bounds checks are on (boundscheck=True, or "
+                            "GPUFUNCS_BOUNDSCHECK/NUMBA_BOUNDSCHECK), and numba-cuda cannot check "
+                            "indices in a GPU kernel; run it with target='cpu' or 'parallel' to "
+                            "find an out-of-range index")
         devices = call_devices(spec, plan, device_count())
         arrays = [*plan.inputs, *(plan.outs or ()), *((plan.where,) if plan.where else ())]
         if not any(a.role == DEVICE for a in arrays):

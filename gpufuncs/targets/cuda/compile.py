@@ -19,6 +19,7 @@ from numba.np.numpy_support import from_dtype
 
 from ...errors import CudaCompileError
 from ...spec import KernelSpec, Loop
+from .. import numpy_complex
 from ..base import compiling
 from ..compose import compiled_body
 from ..cpu.cache import dependency_digest
@@ -112,10 +113,11 @@ class CudaKernels:
             else:
                 body = gufunc_kernel(self.device_function, zeros)
             # Keyed on the values Numba freezes into the code too (module constants, closures:
-            # see dependency_digest; None: not cached), and on the elements per thread.
+            # see dependency_digest; None: not cached), on the complex arithmetic the device
+            # function is compiled with, and on the elements per thread.
             depends = dependency_digest(spec.pyfunc)
             key = None if SIMULATED or spec.source_key is None or depends is None else \
-                f"{spec.source_key}:{depends}/{per_thread}"
+                f"{spec.source_key}:{depends}:{numpy_complex.digest()}/{per_thread}"
             found = cuda.jit(body) if key is None else cuda.jit(cache=True)(body)
             if key is not None:
                 keyed_cache(found, body, key)

@@ -17,6 +17,8 @@ from numba.core.registry import CPUDispatcher
 
 from ...spec import KernelSpec, kernel_spec
 from ..compose import Copies, compiled_body, rebind
+from ..numpy_complex import numpy_arithmetic, register_cuda
+from ..numpy_complex import swapped as numpy_cmath
 from .compat import SIMULATED
 
 #: ``cuda.jit`` options of every device function (the simulator takes no ``forceinline``).
@@ -25,8 +27,12 @@ DEVICE_OPTIONS: dict[str, Any] = {"device": True} if SIMULATED else {"device": T
 
 def for_device(pyfunc: types.FunctionType) -> types.FunctionType:
     """A copy of ``pyfunc`` that calls the device-function copies of the kernels and ``@njit``
-    helpers it calls (see :func:`~gpufuncs.targets.compose.rebind`)."""
-    return rebind(pyfunc, _swapped)
+    helpers it calls (see :func:`~gpufuncs.targets.compose.rebind`), and computes complex ``*``
+    and ``/`` as NumPy does (see :mod:`~gpufuncs.targets.numpy_complex`; the simulator runs the
+    copy as Python)."""
+    if not SIMULATED:
+        register_cuda()
+    return numpy_arithmetic(rebind(pyfunc, _swapped))
 
 
 def device_function(pyfunc: types.FunctionType) -> Any:
@@ -44,7 +50,7 @@ def kernel_device_function(spec: KernelSpec) -> Any:
 def _swapped(value: Any) -> Any:
     if isinstance(value, CPUDispatcher) or kernel_spec(value) is not None:
         return _device_copy(value)
-    return value
+    return numpy_cmath(value)  # NumPy's cmath.exp, on the simulator too
 
 
 def _callee_function(callee: Any) -> types.FunctionType:
