@@ -147,6 +147,22 @@ def test_ignore_and_clean_inputs_give_no_warning(target):
     assert record == []
 
 
+@pytest.mark.parametrize("target", [*HOST_TARGETS, pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_a_first_call_under_raise_compiles(target):
+    """Compiling is not computing: a kernel's first call inside ``np.errstate(all="raise")``
+    compiles (typing code does NumPy arithmetic on limits) and computes the caller's values."""
+    @gf.ufunc(signatures=gf.float_signatures(2), name=f"fresh_scale_{target}", replace=True)
+    def fresh_scale(x, y):
+        return x * y + 1.0
+
+    x = np.linspace(-3.0, 3.0, N)
+    with np.errstate(all="raise"):
+        got = fresh_scale(x, 2.0, target=target)
+        with pytest.raises(FloatingPointError, match="overflow"):
+            fresh_scale(full(1e300), 1e300, target=target)
+    np.testing.assert_array_equal(got, x * 2.0 + 1.0)
+
+
 def test_defaults_warn_overflow_and_ignore_underflow():
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")

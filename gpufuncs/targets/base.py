@@ -158,6 +158,26 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
+def scalar_cast(dtype: np.dtype) -> Callable[[Any], Any]:
+    """``value -> dtype`` as NumPy's unsafe cast converts one value. The scalar type's own
+    constructor (the fast path) refuses a float beyond an integer type's range or a NaN
+    (``np.int64(1e30)``: ``OverflowError``), which a ufunc called with ``casting="unsafe"``
+    converts as C does, with its "invalid value" warning. A Python int out of range was refused
+    when the loop was selected, as NumPy refuses it."""
+    cast = dtype.type
+    if dtype.kind not in "iu":
+        return cast
+
+    def convert(value: Any) -> Any:
+        try:
+            return cast(value)
+        except (OverflowError, ValueError):
+            if type(value) is int:
+                raise
+            return np.asarray(value).astype(dtype)[()]
+    return convert
+
+
 def copy_cast(dst: np.ndarray, src: Any, where: Any = True) -> None:
     """``np.copyto(dst, src, casting="unsafe", where=where)``; nothing at all for an empty ``dst``.
 
@@ -276,10 +296,13 @@ def hold_the_compiler_across_fork() -> None:
 
 @contextlib.contextmanager
 def compiling() -> Iterator[None]:
-    """What every compilation runs under: forks wait for it (:func:`hold_the_compiler_across_fork`)
-    and a Ctrl-C is held until it is done (:func:`interrupts_deferred`)."""
+    """What every compilation runs under: forks wait for it (:func:`hold_the_compiler_across_fork`),
+    a Ctrl-C is held until it is done (:func:`interrupts_deferred`), and NumPy's error state is
+    the default's quiet one: the caller's ``np.errstate(over="raise")`` is about their values, and
+    would otherwise turn NumPy arithmetic in typing code (limits, constants) into a failed
+    compilation."""
     hold_the_compiler_across_fork()
-    with interrupts_deferred():
+    with interrupts_deferred(), np.errstate(all="ignore"):
         yield
 
 

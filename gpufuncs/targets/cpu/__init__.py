@@ -46,6 +46,7 @@ from ..base import (
     naming_index_errors,
     overlap_guard,
     read_before_write,
+    scalar_cast,
 )
 from ..compose import compiled_body
 from ..fpstatus import report
@@ -550,7 +551,14 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
     # other ``out`` gets its values through such a buffer (see below).
     direct = plan.outs is not None and _c_contiguous(plan.outs[0])
 
+    # A Python float into an integer loop (``casting="unsafe"``): NumPy's cast of its value; the
+    # ufunc would convert it with the integer type's constructor, which refuses 1e30 or NaN.
+    scalars = [(i, scalar_cast(d)) for i, (a, d) in enumerate(zip(plan.inputs, plan.loop.compiled.inputs))
+               if a.cls in (float, complex) and d.kind in "iu"]
+
     def compute(inputs: list[Any], out: np.ndarray) -> None:
+        for i, cast in scalars:
+            inputs[i] = cast(inputs[i])
         # The casts were checked by dispatch against the caller's ``casting=``.
         ufunc(*inputs, out=out, casting="unsafe", signature=signature)
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import IDENTITY, KernelSpec
-from ..base import DEVICE, HOST, Arg, Executor, Plan, copy_cast
+from ..base import DEVICE, HOST, Arg, Executor, Plan, copy_cast, scalar_cast
 from ..fpstatus import report
 from . import arrays, fpflags
 from .compile import CudaKernels
@@ -59,7 +59,7 @@ def _host_reader(dtype: np.dtype | None, runtime: Any) -> Reader:
 
 
 def _scalar_reader(dtype: np.dtype) -> Reader:
-    cast = dtype.type
+    cast = scalar_cast(dtype)
 
     def read(value: Any, handle: int, keep: list) -> Any:
         return cast(value.reshape(())[()] if isinstance(value, np.ndarray) else value)
@@ -79,7 +79,7 @@ def _scalar_getter(arg: Arg, dtype: np.dtype, simulated: bool) -> Callable[[Any]
         return None  # a one-element array
     if dtype == np.float64 or arg.cls is dtype.type or (arg.cls is float and not simulated):
         return _same
-    return dtype.type
+    return scalar_cast(dtype)
 
 
 def _same(value: Any) -> Any:

@@ -148,8 +148,8 @@ if not SIMULATED:
         """The magnitude from which a value rounds to infinity when stored as ``out``: halfway
         between ``out``'s largest value and the next power of two (exact in float64; in the
         value's own type, where that is ``out``, it rounds to inf: the test is ``abs(r) < inf``)."""
-        info = np.finfo(str(out))
-        return float(info.max) + float(np.spacing(info.max)) / 2
+        info = np.finfo(str(out))  # half an ulp of max: 2**(maxexp - 1 - nmant) / 2
+        return float(info.max) + math.ldexp(1.0, info.maxexp - 2 - info.nmant)
 
     @overload(finite_in, inline="always")
     def _finite_in_typing(p, r):

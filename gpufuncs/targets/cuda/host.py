@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import KernelSpec, Loop
-from ..base import Arg, Executor, Plan, c_strides, copy_cast, is_contiguous, read_before_write
+from ..base import Arg, Executor, Plan, c_strides, copy_cast, is_contiguous, read_before_write, scalar_cast
 from ..fpstatus import report
 from .arrays import address_of, stream_handle
 from .compile import CudaKernels
@@ -330,7 +330,8 @@ class _Pipeline:
         self.in_dtypes, self.out_dtypes = d.in_dtypes, d.out_dtypes
         types = plan.loop.compiled.inputs
         lead = () if plan.loop_shape else (np.newaxis,)
-        self.scalars = [None if not v else t.type(a.reshape(())[()] if isinstance(a, np.ndarray) else a)
+        self.scalars = [None if not v else scalar_cast(t)(a.reshape(())[()] if isinstance(a, np.ndarray)
+                                                          else a)
                         for a, v, t in zip(inputs, d.by_value, types)]
         self.views = [None if v else
                       np.broadcast_to(np.asarray(a), plan.loop_shape + _core_shape(np.shape(a), c))[lead]
