@@ -43,6 +43,8 @@ def _as_type_typing(value, like):  # unannotated: Numba compares the parameters
             return cast(value)
 
         return impl
+    if isinstance(like, types.Boolean):  # a bool argument (a bool loop given a scalar)
+        return lambda value, like: bool(value)
     return None
 
 

@@ -30,8 +30,18 @@ def types_add(a, b):
     return a + b
 
 
+def floor_divide_as_compiled(a, b):
+    """``np.floor_divide``, but ``-2**63 // -1`` is 0 as Numba compiles it, where NumPy wraps to
+    ``-2**63``: the one documented difference of integer division (docs/semantics.md, pinned by
+    test_several_outputs.py::test_integer_divmod_as_numpy_with_zero_divisors_and_extremes)."""
+    q = np.floor_divide(a, b)
+    if not SIMULATED and q.dtype == np.int64:  # the simulator runs the body on NumPy scalars
+        q = np.where((np.asarray(a) == np.iinfo(np.int64).min) & (np.asarray(b) == -1), 0, q).astype(q.dtype)
+    return q
+
+
 @gf.ufunc(signatures=["int64(int64, int64)", "uint64(uint64, uint64)"],
-          reference=np.floor_divide, replace=True)
+          reference=floor_divide_as_compiled, replace=True)
 def types_floor_divide(a, b):
     return a // b
 
@@ -169,6 +179,54 @@ def test_mixed_loop_reads_each_input_as_its_own_type(target):
     assert np.array_equal(types_scale(x, 4, target=target), x * 4)
     strided = np.arange(12, dtype=np.int32)[::3]
     assert np.array_equal(types_scale(1.5, strided, target=target), 1.5 * strided)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_python_float_cast_unsafely_into_an_integer_loop_as_numpy(target):
+    """``dtype=int64, casting="unsafe"`` with a float beyond int64 or a NaN: NumPy's cast (C's
+    conversion, with its warning), where the integer type's constructor would refuse it."""
+    for x in (np.zeros(3, bool), np.arange(3), np.arange(6)[::2]):
+        for value in (1e30, float("nan"), -3.7):
+            with np.errstate(invalid="ignore"):
+                want = np.add(x, value, dtype=np.int64, casting="unsafe")
+                got = types_add(x, value, dtype=np.int64, casting="unsafe", target=target)
+            assert got.dtype == np.int64 and got.tolist() == want.tolist()
+
+
+@gf.ufunc(signatures=gf.float_signatures(1), reference=np.negative, replace=True)
+def types_float_negative(a):
+    return -a
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(SIMULATED, reason="the GPU's arithmetic: the simulator computes with NumPy")
+def test_nan_bits_on_the_gpu_are_the_gpus_as_cupys():
+    """NaN results are NaN wherever NumPy's are; their sign and payload are the GPU's, as CuPy
+    gives them (docs/semantics.md): float32 arithmetic makes ``0x7fffffff``, float64 negation
+    keeps the sign, float16 loads make ``0x7fff``."""
+    cp = pytest.importorskip("cupy")
+    for dtype, bits in ((np.float16, np.uint16), (np.float32, np.uint32), (np.float64, np.uint64)):
+        x = np.array([np.nan, -np.nan, 1.5, -np.inf], dtype)
+        got = types_float_negative(x, target="cuda")
+        assert np.array_equal(np.isnan(got), np.isnan(np.negative(x)))
+        assert np.array_equal(got[2:], np.negative(x[2:]))
+        assert got.view(bits).tolist() == cp.negative(cp.asarray(x)).get().view(bits).tolist()
+
+
+@gf.ufunc(signatures=["float64(bool, float64)"], replace=True)
+def types_gate(on, x):
+    return x if on else -x
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_bool_input_given_as_a_scalar(target):
+    """A bool loop input from a Python or NumPy bool (passed by value), beside arrays."""
+    x = np.array([1.5, -2.0, 0.0])
+    assert types_gate(True, 2.5, target=target) == 2.5
+    assert types_gate(np.False_, 2.5, target=target) == -2.5
+    assert types_gate(False, x, target=target).tolist() == (-x).tolist()
+    on = np.array([True, False, True])
+    assert types_gate(on, 3.0, target=target).tolist() == [3.0, -3.0, 3.0]
 
 
 def test_types_lists_every_loop_in_selection_order():
