@@ -31,14 +31,19 @@ CPU_MACHINES = (("cpu", "2-core CI machine"), ("cpu-16core", "16-core host of th
 GPU_MACHINES = (("gpu-h100", "H100"),)
 DASK_MACHINES = (("dask-16core", "16-core host of the GPU machine"),)
 MULTIGPU_MACHINES = (("multigpu-nvidia-h200", "2 x H200"),)
-#: (result file, title, the column compared, its reference): integer and complex kernels
-#: (``python -m benchmarks.bench_types``) and kernels calling kernels (``--suite compose``).
+#: (result file, title, the column compared, its reference[, the rows the headline is over]):
+#: integer and complex kernels (``python -m benchmarks.bench_types``), kernels calling kernels
+#: (``--suite compose``) and the floating-point check (``python -m benchmarks.bench_fpflags``).
 RATIO_TABLES = (
     ("types", "int64, complex128 and two-output kernels, 2-core CI machine", "auto/np", "NumPy's expression"),
     ("types-h100", "int64, complex128 and two-output kernels, H100", "pipelined /cupy",
      "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
     ("cpu_compose", "a kernel calling kernels, 2-core CI machine", "cpu composed/hand", "the body by hand"),
     ("gpu-h100_compose", "a kernel calling kernels, H100", "composed/hand pipe", "the body by hand"),
+    ("fpflags", "np.errstate's check, 2-core CI machine", "ratio", "the kernel compiled without it",
+     {"values": "normal"}),
+    ("fpflags-h100", "np.errstate's check, H100", "sync_ratio", "the kernel compiled without it",
+     {"values": "normal"}),
 )
 
 INTRO = """\
@@ -276,17 +281,21 @@ def multigpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]]
         _table(rows, ["case", "n", "gpus", "seconds_all", "seconds_one", "speedup", "target"]), ""])
 
 
-def ratio_section(name: str, title: str, column: str, reference: str) -> str:
-    """A result file's table, with the largest ratio of ``column`` (ours over ``reference``)."""
+def ratio_section(name: str, title: str, column: str, reference: str,
+                  among: dict[str, Any] | None = None) -> str:
+    """A result file's table, with the largest ratio of ``column`` (ours over ``reference``)
+    over the rows whose values are ``among``'s (all rows: ``None``)."""
     found = _results(title[0].upper() + title[1:], name)
     if isinstance(found, str):
         return found
     _, rows, opening = found
-    worst = max(rows, key=lambda r: r[column])
+    headline = [r for r in rows if all(r.get(k) == v for k, v in (among or {}).items())]
+    worst = max(headline, key=lambda r: r[column])
+    scope = "".join(f" ({k} {v})" for k, v in (among or {}).items())
+    where = "".join(f", {k} {worst[k]}" for k in ("target", "kernel", "dtype") if k in worst)
     return "\n".join([
-        *opening, f"The largest `{column}` (time over {reference}): {worst[column]:.3g}, at "
-        f"n = {worst['n']:.0e}" + "".join(f", {k} {worst[k]}" for k in ("kernel", "dtype") if k in worst)
-        + ".", "", _table(rows, list(rows[0])), ""])
+        *opening, f"The largest `{column}`{scope} (time over {reference}): {worst[column]:.3g}, at "
+        f"n = {worst['n']:.0e}{where}.", "", _table(rows, list(rows[0])), ""])
 
 
 def overhead_summary(name: str = CPU_MACHINES[0][0]) -> str:
