@@ -46,8 +46,16 @@ def types_floor_divide(a, b):
     return a // b
 
 
+def multiply_as_numpys_array_loop(a, b):
+    """``np.multiply`` through NumPy's array loop (fused products, which kernels follow): NumPy
+    takes its scalar loop, four rounded products, for broadcast (zero-stride) operands, so
+    the operands are made contiguous first (docs/semantics.md, "Where NumPy is not one answer")."""
+    a, b = (np.ascontiguousarray(x) for x in np.broadcast_arrays(a, b))
+    return np.multiply(a, b)
+
+
 @gf.ufunc(signatures=["complex64(complex64, complex64)", "complex128(complex128, complex128)"],
-          reference=np.multiply, replace=True)
+          reference=multiply_as_numpys_array_loop, replace=True)
 def types_multiply(a, b):
     return a * b
 
