@@ -48,8 +48,9 @@ def types_floor_divide(a, b):
 
 def multiply_as_numpys_array_loop(a, b):
     """``np.multiply`` through NumPy's array loop (fused products, which kernels follow): NumPy
-    takes its scalar loop, four rounded products, for broadcast (zero-stride) operands, so
-    the operands are made contiguous first (docs/semantics.md, "Where NumPy is not one answer")."""
+    takes its scalar loop, four rounded products, for some broadcasts (``(1, 1)`` times
+    ``(1,)``), so the operands are made contiguous first (docs/semantics.md, "Where NumPy is
+    not one answer")."""
     a, b = (np.ascontiguousarray(x) for x in np.broadcast_arrays(a, b))
     return np.multiply(a, b)
 
