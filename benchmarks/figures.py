@@ -40,9 +40,9 @@ RATIO_TABLES = (
      "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
     ("cpu_compose", "a kernel calling kernels, 2-core CI machine", "cpu composed/hand", "the body by hand"),
     ("gpu-h100_compose", "a kernel calling kernels, H100", "composed/hand pipe", "the body by hand"),
-    ("fpflags", "np.errstate's check, 2-core CI machine", "ratio", "the kernel compiled without it",
+    ("fpflags", "floating-point check (np.errstate), 2-core CI machine", "ratio", "the kernel compiled without it",
      {"values": "normal"}),
-    ("fpflags-h100", "np.errstate's check, H100", "sync_ratio", "the kernel compiled without it",
+    ("fpflags-h100", "floating-point check (np.errstate), H100", "sync_ratio", "the kernel compiled without it",
      {"values": "normal"}),
 )
 
