@@ -31,6 +31,7 @@ CPU_MACHINES = (("cpu", "2-core CI machine"), ("cpu-16core", "16-core host of th
 GPU_MACHINES = (("gpu-h100", "H100"),)
 DASK_MACHINES = (("dask-16core", "16-core host of the GPU machine"),)
 MULTIGPU_MACHINES = (("multigpu-nvidia-h200", "2 x H200"),)
+UNCHECKED, NORMAL = "the kernel compiled without it", {"values": "normal"}
 #: (result file, title, the column compared, its reference[, the rows the headline is over]):
 #: integer and complex kernels (``python -m benchmarks.bench_types``), kernels calling kernels
 #: (``--suite compose``) and the floating-point check (``python -m benchmarks.bench_fpflags``).
@@ -40,10 +41,10 @@ RATIO_TABLES = (
      "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
     ("cpu_compose", "a kernel calling kernels, 2-core CI machine", "cpu composed/hand", "the body by hand"),
     ("gpu-h100_compose", "a kernel calling kernels, H100", "composed/hand pipe", "the body by hand"),
-    ("fpflags", "floating-point check (np.errstate), 2-core CI machine", "ratio", "the kernel compiled without it",
-     {"values": "normal"}),
-    ("fpflags-h100", "floating-point check (np.errstate), H100", "sync_ratio", "the kernel compiled without it",
-     {"values": "normal"}),
+    ("fpflags", "floating-point check (np.errstate), 2-core CI machine", "ratio", UNCHECKED, NORMAL),
+    ("fpflags-16core", "floating-point check (np.errstate), 16-core host of the GPU machine", "ratio",
+     UNCHECKED, NORMAL),
+    ("fpflags-h100", "floating-point check (np.errstate), H100", "sync_ratio", UNCHECKED, NORMAL),
 )
 
 INTRO = """\
