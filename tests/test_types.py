@@ -51,7 +51,7 @@ def multiply_as_numpys_array_loop(a, b):
     takes its scalar loop, four rounded products, for some broadcasts (``(1, 1)`` times
     ``(1,)``), so the operands are made contiguous first (docs/semantics.md, "Where NumPy is
     not one answer")."""
-    a, b = (np.ascontiguousarray(x) for x in np.broadcast_arrays(a, b))
+    a, b = (np.array(x, order="C") for x in np.broadcast_arrays(a, b))  # copies, 0-d kept
     return np.multiply(a, b)
 
 
