@@ -21,7 +21,7 @@ import gpufuncs as gf
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
-settings.register_profile("ci", max_examples=60, derandomize=True, database=None, deadline=None,
+settings.register_profile("ci", max_examples=30, derandomize=True, database=None, deadline=None,
                           print_blob=True, suppress_health_check=_SLOW_OK)
 settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=_SLOW_OK)
 settings.register_profile("thorough", max_examples=2000, deadline=None,
