@@ -25,7 +25,6 @@ synchronize (``sync``) and calls issued back to back for 5 ms before one synchro
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +34,7 @@ import numpy as np
 import gpufuncs as gf
 from gpufuncs.targets.cpu import fpflags as host_fpflags
 
-from .harness import machine_info, measure_pair, save_results
+from .harness import host_or_gpu_main, measure_pair
 
 SCALARS = {"exp": (), "gaussian": (0.5, 1.5)}
 #: The ``values`` of rows that time the checked kernel against itself: the noise floor of a ratio.
@@ -155,24 +154,8 @@ def gpu_rows() -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the host (default) or GPU comparison and save it under ``benchmarks/results/``."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_fpflags",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--gpu", action="store_true", help="CuPy arrays on the GPU")
-    parser.add_argument("--name", help="results file name (default: fpflags, or fpflags-<gpu> with --gpu)")
-    opts = parser.parse_args(argv)
-    if opts.gpu:
-        import cupy as cp
-
-        gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        rows = gpu_rows()
-        name = opts.name or "fpflags-" + gpu.lower().replace("nvidia ", "").split()[0]
-        meta = machine_info({"gpu": gpu, "cupy": cp.__version__})
-    else:
-        rows = host_rows()
-        name, meta = opts.name or "fpflags", machine_info()
-    path = save_results(name, rows, list(rows[0]), meta)
-    print(path.read_text())
-    return 0
+    return host_or_gpu_main("python -m benchmarks.bench_fpflags", __doc__.splitlines()[0], "fpflags",
+                            host_rows, gpu_rows, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Ratios are gpufuncs' time over the reference's: below 1 is faster.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import sys
@@ -28,7 +27,7 @@ import numpy as np
 
 import gpufuncs as gf
 
-from .harness import machine_info, measure_pair, save_results
+from .harness import host_or_gpu_main, measure_pair
 
 SIZES = (10**4, 10**6, 10**7)
 #: GPU calls per pipelined repetition (as bench_gpu's).
@@ -135,24 +134,8 @@ def gpu_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the host (default) or GPU comparison and save it under ``benchmarks/results/``."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_types",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--gpu", action="store_true", help="CuPy arrays against CuPy's ElementwiseKernel")
-    parser.add_argument("--name", help="results file name (default: types, or types-<gpu> with --gpu)")
-    opts = parser.parse_args(argv)
-    if opts.gpu:
-        import cupy as cp
-
-        gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        rows = gpu_rows(SIZES)
-        name = opts.name or "types-" + gpu.lower().replace("nvidia ", "").split()[0]
-        meta = machine_info({"gpu": gpu, "cupy": cp.__version__})
-    else:
-        rows = host_rows(SIZES)
-        name, meta = opts.name or "types", machine_info()
-    path = save_results(name, rows, list(rows[0]), meta)
-    print(path.read_text())
-    return 0
+    return host_or_gpu_main("python -m benchmarks.bench_types", __doc__.splitlines()[0], "types",
+                            lambda: host_rows(SIZES), lambda: gpu_rows(SIZES), argv)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ synchronize the GPU inside the timed region, and compare ratios measured in the 
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -214,3 +215,26 @@ def save_results(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[st
     path = RESULTS / f"{name}.txt"
     path.write_text(header + "\n\n" + format_table(rows, columns) + "\n")
     return path
+
+
+def host_or_gpu_main(prog: str, description: str, stem: str, host_rows: Callable[[], list[dict[str, Any]]],
+                     gpu_rows: Callable[[], list[dict[str, Any]]], argv: list[str] | None) -> int:
+    """The command line of a benchmark with a host table and a ``--gpu`` one: run one, save it
+    as ``results/<stem>.*`` or ``results/<stem>-<gpu>.*`` (``--name`` to change it), print it."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--gpu", action="store_true", help="CuPy arrays on the GPU")
+    parser.add_argument("--name", help=f"results file name (default: {stem}, or {stem}-<gpu> with --gpu)")
+    opts = parser.parse_args(argv)
+    if opts.gpu:
+        import cupy as cp
+
+        gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        rows = gpu_rows()
+        name = opts.name or f"{stem}-" + gpu.lower().replace("nvidia ", "").split()[0]
+        meta = machine_info({"gpu": gpu, "cupy": cp.__version__})
+    else:
+        rows = host_rows()
+        name, meta = opts.name or stem, machine_info()
+    path = save_results(name, rows, list(rows[0]), meta)
+    print(path.read_text())
+    return 0
