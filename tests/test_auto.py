@@ -172,6 +172,26 @@ def test_a_thread_start_measured_in_a_slow_stretch_does_not_keep_auto_off_parall
     assert learned.cpu_below == learned.parallel_from == n
 
 
+def test_a_slow_stretchs_thread_start_never_reaches_the_disk(kernels, fresh_auto, monkeypatch):
+    """A thread start timed in a slow stretch (8 ms, as one found on the 2-core machine's disk,
+    where it had kept ``auto`` on cpu at 10^6 elements for days) is not written when a kernel's
+    costs are, and one already on disk is measured again rather than trusted."""
+    fresh_auto.start = {"cpu": 1e-6, "parallel": 8e-3}
+    plan = kernels.normalize.resolve(np.ones(LARGE)).plan
+    learned = fresh_auto._state(kernels.normalize.spec, plan)
+    learned.cpu[:] = [1e-9] * auto.SAMPLES
+    fresh_auto._save(learned)
+    on_disk = json.loads(fresh_auto.path.read_text())
+    assert "start" not in on_disk and on_disk["kernels"]  # the kernel's costs, not the start
+    on_disk["start"] = {"cpu": 1e-6, "parallel": 8e-3}
+    fresh_auto.path.write_text(json.dumps(on_disk))
+    again = auto.AutoTarget(targets.get_target("cpu"), targets.get_target("parallel"), fresh_auto.path.parent)
+    timed = {"cpu": 1e-6, "parallel": 2e-6}  # what the proxy measures now
+    monkeypatch.setattr(auto.AutoTarget, "_time_proxy", lambda self, target, *a: timed[target])
+    assert again._machine() == timed
+    assert json.loads(again.path.read_text())["start"] == timed
+
+
 def test_set_parallel_min_size_wins_at_once(kernels, fresh_auto, monkeypatch):
     kernel = _fresh(kernels.only_ones_and_twos)
     x = _values(5000)

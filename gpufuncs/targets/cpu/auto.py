@@ -311,11 +311,11 @@ class AutoTarget:
         """``self.start``, from the disk or measured now (called with the lock held)."""
         if self.start is None:
             stored = self._entries().get("start")
-            if _valid_start(stored):
+            if _plausible_start(stored):
                 self.start = {t: float(stored[t]) for t in ("cpu", "parallel")}
             else:
                 self.start = {t: self._time_proxy(t) for t in ("cpu", "parallel")}
-                if self.start["parallel"] - self.start["cpu"] < IMPLAUSIBLE_START:
+                if _plausible_start(self.start):
                     self._save(None)
         return self.start
 
@@ -359,7 +359,7 @@ class AutoTarget:
         if learned.disk_key is None:
             return
         stored = self._entries().get("kernels", {}).get(learned.disk_key)
-        if not isinstance(stored, dict) or not _valid_start(self._entries().get("start")):
+        if not isinstance(stored, dict) or not _plausible_start(self._entries().get("start")):
             return
         self._machine()
         for target, samples in (("cpu", learned.cpu), ("parallel", learned.parallel)):
@@ -375,7 +375,7 @@ class AutoTarget:
         """Add what was learned (the machine's start costs, and ``learned``'s costs) to the
         file: read again, merged, written whole and renamed into place. Any failure is ignored."""
         entries = self._entries()
-        if self.start is not None:
+        if _plausible_start(self.start):  # a slow stretch's start stays in this process
             entries["start"] = dict(self.start)
         if learned is not None and learned.disk_key is not None:
             costs = {t: learned.cost(t) for t in ("cpu", "parallel")}
@@ -425,10 +425,12 @@ def _read(path: Path) -> dict[str, Any]:
     return found
 
 
-def _valid_start(stored: Any) -> bool:
+def _plausible_start(stored: Any) -> bool:
+    """Whether ``stored`` holds both targets' start costs and threads start in under
+    :data:`IMPLAUSIBLE_START`: only such a measurement is kept on disk or trusted from it."""
     return isinstance(stored, dict) and all(
         isinstance(stored.get(t), (int, float)) and math.isfinite(stored[t]) and stored[t] >= 0
-        for t in ("cpu", "parallel"))
+        for t in ("cpu", "parallel")) and stored["parallel"] - stored["cpu"] < IMPLAUSIBLE_START
 
 
 def _default_directory() -> Path:
