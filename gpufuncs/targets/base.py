@@ -158,6 +158,7 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
 _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
+@functools.cache  # the host pipeline asks per call
 def scalar_cast(dtype: np.dtype) -> Callable[[Any], Any]:
     """``value -> dtype`` as NumPy's unsafe cast converts one value. The scalar type's own
     constructor (the fast path) refuses a float beyond an integer type's range or a NaN

@@ -518,20 +518,26 @@ def _reporting_launch(d: _Decisions, runtime: Runtime) -> Callable[[list[Any], i
     """``d.main``'s launch where NumPy's error state may ask for its floating-point errors (see
     :mod:`.fpflags`): if :func:`.fpflags.watched`, launched with a flag slot of the call's own,
     read after waiting for the stream and reported; else as usual."""
-    main = d.main
-    launch, launch_flagged = main.launch, main.launch_flagged
-    ring = runtime.flag_ring() if main.takes_flags else None
+    launch, launch_flagged = d.main.launch, d.main.launch_flagged
 
     def launch_reporting(values: list[Any], handle: int) -> None:
         if not watched():
             launch(values, handle)
             return
-        slot, address = ring.take()
-        values.append(address)
+        ring, slot = _own_slot(runtime, values)
         launch_flagged(values, handle)
         _report_slot(ring, slot, runtime, handle, d.name)
 
     return launch_reporting
+
+
+def _own_slot(runtime: Runtime, values: list[Any]) -> tuple[Any, int]:
+    """A flag slot of the call's own on ``runtime``'s GPU, its address appended to ``values``
+    (the last parameter of :attr:`.LaunchPlan.launch_flagged`): ``(ring, slot)``."""
+    ring = runtime.flag_ring()
+    slot, address = ring.take()
+    values.append(address)
+    return ring, slot
 
 
 def _report_slot(ring: Any, slot: int, runtime: Runtime, handle: int, name: str) -> None:
@@ -549,9 +555,7 @@ def _launch(main: LaunchPlan, staging: list[_Staging], values: list[Any], handle
     :func:`_reporting_launch`)."""
     slot, launch = None, main.launch
     if main.takes_flags and watched():
-        ring = runtime.flag_ring()
-        slot, address = ring.take()
-        values.append(address)
+        ring, slot = _own_slot(runtime, values)
         launch = main.launch_flagged
     after = []
     for stage in staging:
