@@ -264,7 +264,7 @@ def reference(op: Op, inputs: list[Any], dtype: Any,
     if op.lazy:
         return _lazy_reference(op, inputs, given)
     if op.values is None:
-        return op.fd, {}  # Numba's ufunc of the same loops computes them
+        return _ContiguousOut(op.fd), {}  # Numba's ufunc of the same loops computes them
     outs = (None,) * op.fd.nout
     try:
         if dtype is None:
@@ -276,11 +276,56 @@ def reference(op: Op, inputs: list[Any], dtype: Any,
                                         casting=casting)
     except TypeError:  # no loop: NumPy's TypeError, raised where NumPy raises it
         if op.nout == 1:
-            return op.fd, {}
+            return _ContiguousOut(op.fd), {}
+        overflow = _python_int_overflow(op.fd, inputs, dtype, casting)
+        if overflow is not None:  # NumPy converts a Python int to the loop type before the cast check
+            return _Raise(overflow), {}
         return op.values, {"signature": ("l", "l", "d", "d")}  # a loop np.divmod lacks
     if dtype is None and op.twins:
         loop = _twin(given, loop)
     return op.values, {"signature": (*loop, *loop[op.nin:] * (op.nout - 1))}
+
+
+def _python_int_overflow(resolver: Any, inputs: list[Any], dtype: Any, casting: str) -> OverflowError | None:
+    """The OverflowError NumPy raises for a Python int out of range of the loop ``dtype=`` names,
+    which comes before its casting check (``resolver`` has the kernel's loops, one output)."""
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            resolver(*inputs, dtype=dtype, casting=casting)
+    except OverflowError as exc:
+        return exc
+    except TypeError:
+        pass
+    return None
+
+
+class _ContiguousOut:
+    """A Numba-built ufunc that writes through a C-contiguous ``out``.
+
+    Numba's ``@vectorize`` loop (0.68, ``wrappers.build_ufunc_wrapper``) writes its output as if
+    contiguous whenever every input has a unit step, whatever ``out``'s step: into a strided
+    ``out=`` it writes the wrong elements. Computed into a C-contiguous array of ``out``'s shape
+    and dtype (NumPy's same checks) and then copied, the reference gives NumPy's answer.
+    """
+
+    def __init__(self, ufunc: Any) -> None:
+        self.ufunc = ufunc
+        self.__name__ = ufunc.__name__
+        self.types = ufunc.types
+
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        nin = self.ufunc.nin
+        if out is None and len(args) > nin:
+            args, out = args[:nin], args[nin]
+        given = out[0] if isinstance(out, tuple) else out
+        masked = kwargs.get("where", True) is not True  # Numba's ufuncs refuse where= anyway
+        if not isinstance(given, np.ndarray) or given.flags.c_contiguous or masked:
+            return self.ufunc(*args, out=out, **kwargs)
+        computed = np.empty(given.shape, given.dtype)
+        self.ufunc(*args, out=computed, **kwargs)
+        given[...] = computed
+        return given
 
 
 def _twin(given: tuple[Any, ...], loop: tuple[np.dtype, ...]) -> tuple[np.dtype, ...]:
@@ -688,10 +733,10 @@ def _excluded(op: Op, recipe: Recipe, inputs: list[Any], loop: Any, target: str)
         return ("NumPy's bug: with where= and an out= that overlaps an input and is not of the loop's "
                 "output dtype, NumPy writes back every element of its buffer, where= False ones too "
                 "(see test_numpy_rewrites_a_cast_overlapping_out_where_false)")
-    if op.kernel is conformance_complex_multiply and recipe.where not in (None, True) and \
-            math.prod(np.broadcast_shapes(*(np.shape(v) for v in inputs))) == 1:
-        return ("NumPy's scalar complex multiply: its masked loop for one element rounds all four "
-                "products, its array loop (which kernels follow) fuses two, docs/semantics.md")
+    if op.kernel is conformance_complex_multiply and _one_element(inputs):
+        return ("NumPy's scalar complex multiply: a one-element loop NumPy calls with an output step "
+                "of 0 (where=, some broadcasts) rounds all four products, its array loop (which "
+                "kernels follow) fuses two, docs/semantics.md")
     if op.kernel not in (conformance_floor_divide, conformance_divmod) or loop is None:
         return ""
     try:
@@ -709,6 +754,13 @@ def _excluded(op: Op, recipe: Recipe, inputs: list[Any], loop: Any, target: str)
                 return "float remainder on cuda: an infinite operand or a quotient of 2**52 or more, " \
                        "docs/semantics.md"
     return ""
+
+
+def _one_element(inputs: list[Any]) -> bool:
+    try:
+        return math.prod(np.broadcast_shapes(*(np.shape(v) for v in inputs))) == 1
+    except ValueError:  # no broadcast: the call raises
+        return False
 
 
 def _dtype_of(value: Any) -> np.dtype | type:

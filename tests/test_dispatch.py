@@ -763,3 +763,14 @@ def test_target_keyword_is_keyed_the_same_wherever_it_is_given(monkeypatch):
     assert resolved_calls(gf.exp) == 3
     with pytest.raises(ValueError, match="unknown target None"):
         gf.exp(x, target=None)
+
+
+def test_a_resolved_call_is_not_run_on_arguments_it_was_not_resolved_for():
+    """``kernel.resolve`` returns the validated call, not a way around the kernel's keyed call:
+    its compiled loop trusts that the arguments are of its signature (a list of arrays or
+    arrays of another dtype made it read out of bounds)."""
+    x = np.arange(4.0)
+    resolved = gf.gaussian.resolve(x, 0.0, 1.0, target="cpu")
+    assert resolved.target == "cpu" and resolved.plan.inputs[0].dtype == x.dtype
+    with pytest.raises(TypeError, match="not callable"):
+        resolved((x, 0.0, 1.0))  # the point: a ResolvedCall cannot be called

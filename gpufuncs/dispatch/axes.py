@@ -263,10 +263,6 @@ class AxesCall:
         return inner_args, tuple(None if out is None else dropped(transposed(out, order), self._kept)
                                  for out, order in zip(outs, self._outs))
 
-    def __call__(self, args: tuple[Any, ...], out: Any = ABSENT, where: Any = ABSENT,
-                 kwargs: dict[str, Any] | None = None) -> Any:
-        return self._run(args, out, where, kwargs or {})
-
     def _run(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
         if self._outs_from is None:
             outs = None

@@ -73,7 +73,10 @@ TARGET_OPTIONS = ("stream", "device")
 
 
 class ResolvedCall:
-    """Everything decided once for one call signature; calling it runs such a call.
+    """Everything decided once for one call signature; the kernel runs a call of that
+    signature through it (``_run``). It is not callable itself: its executor trusts that the
+    arguments are of the signature it was resolved for, which only the kernel's keyed call
+    checks (a compiled loop given arrays of another dtype or rank would read out of bounds).
 
     Attributes
     ----------
@@ -112,11 +115,6 @@ class ResolvedCall:
             self._run = self._one_out
         else:
             self._run = self._general
-
-    def __call__(self, args: tuple[Any, ...], out: Any = ABSENT, where: Any = ABSENT,
-                 kwargs: dict[str, Any] | None = None) -> Any:
-        """Run the call ``kernel(*args, out=out, where=where, **kwargs)`` of this signature."""
-        return self._run(args, out, where, kwargs or {})
 
     # Each takes ``(args, out, where, kwargs)``: ``out`` and ``where`` as given (or ABSENT), and
     # the other keywords, as Kernel.__call__ receives them.
@@ -349,7 +347,7 @@ class Kernel:
             if target != "auto":
                 given["target"] = target
             resolved = self._resolve(args, given, key if isinstance(missed, KeyError) else None)
-        return resolved._run(args, out, where, kwargs)  # what ResolvedCall.__call__ does, one call less
+        return resolved._run(args, out, where, kwargs)
 
     def resolve(self, *args: Any, **kwargs: Any) -> ResolvedCall | DeferredCall:
         """The resolved call that ``self(*args, **kwargs)`` would run (validated, not run)."""
@@ -506,10 +504,6 @@ class DeferredCall:
 
     def __init__(self, run: Callable[[], Any]) -> None:
         self._deferred = run
-
-    def __call__(self, args: tuple[Any, ...], out: Any = ABSENT, where: Any = ABSENT,
-                 kwargs: dict[str, Any] | None = None) -> Any:
-        return self._run(args, out, where, kwargs or {})
 
     def _run(self, args: tuple[Any, ...], out: Any, where: Any, kwargs: dict[str, Any]) -> Any:
         # (the arguments were taken when the call was resolved: see Kernel._override)
