@@ -177,9 +177,16 @@ def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, 
     CuPy array."""
     import cupy
 
-    allocate_on = runtime.cupy_allocator(math.prod(storage) * dtype.itemsize)
+    nbytes = math.prod(storage) * dtype.itemsize
+    allocate_on = runtime.cupy_allocator(nbytes)
+
+    alloc, size, switching = cupy.cuda.alloc, max(nbytes, 1), runtime.switching
 
     def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
+        # The common call inline (CuPy's current stream, one GPU): two frames less of ~10 us.
+        if current and not switching:
+            memory = alloc(size)
+            return memory, memory.ptr
         return allocate_on(handle, current)
 
     def wrap(memory: Any, address: int) -> Any:
