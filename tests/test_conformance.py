@@ -272,6 +272,9 @@ def reference(op: Op, inputs: list[Any], dtype: Any,
         elif np.dtype(dtype) == HALF and op.twins:
             return op.values, {}  # the float16 twin is NumPy's float16 loop
         else:
+            refused = _weak_scalar_refused(op, inputs, given, dtype, casting)
+            if refused is not None:
+                return _Raise(refused), {}
             loop = op.fd.resolve_dtypes((*given, *outs), signature=(*(None,) * op.nin, np.dtype(dtype)),
                                         casting=casting)
     except TypeError:  # no loop: NumPy's TypeError, raised where NumPy raises it
@@ -284,6 +287,25 @@ def reference(op: Op, inputs: list[Any], dtype: Any,
     if dtype is None and op.twins:
         loop = _twin(given, loop)
     return op.values, {"signature": (*loop, *loop[op.nin:] * (op.nout - 1))}
+
+
+def _weak_scalar_refused(op: Op, inputs: list[Any], given: tuple[Any, ...], dtype: Any,
+                         casting: str) -> TypeError | None:
+    """NumPy's TypeError for a call with a Python scalar, ``dtype=`` and ``casting="equiv"``
+    (such as "cannot cast Python int to float32 under the casting rule 'equiv'"), found by the
+    call itself, where it raises one: NumPy 2.4's ``ufunc.resolve_dtypes`` crashes the process (a segmentation
+    fault) on that error, ``np.add``'s as well as Numba's ufuncs'."""
+    if casting != "equiv" or not any(isinstance(d, type) for d in given):
+        return None
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            op.fd(*inputs, dtype=dtype, casting=casting)
+    except TypeError as exc:  # the call's own error, whichever operand it names
+        return exc
+    except Exception:  # another error: left to the reference call, as before
+        pass
+    return None
 
 
 def _python_int_overflow(resolver: Any, inputs: list[Any], dtype: Any, casting: str) -> OverflowError | None:

@@ -177,9 +177,15 @@ def finisher(ufunc: Any, plan: Plan, ops: Operands, nout: int) -> Finish:
                          for i, r in enumerate(results))
             return done[0] if nout == 1 else done
         return wrapped
+    if nout > 1 and not any(zero_d):
+        return _results  # (device calls and n-d results: the executor's tuple as it is)
     if nout > 1:
         return lambda results, inputs: tuple(r[()] if z else r for r, z in zip(results, zero_d))
     return _scalar_result if scalar else _array_result
+
+
+def _results(results: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
+    return results
 
 
 def _scalar_result(results: tuple[Any, ...], inputs: tuple[Any, ...]) -> Any:
