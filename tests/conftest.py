@@ -4,6 +4,7 @@ Hypothesis profiles (``HYPOTHESIS_PROFILE`` overrides the choice):
 
 - ``ci`` (chosen when ``CI`` is set): deterministic (``derandomize=True``, no example database),
   few examples, no deadline; keeps the whole suite well inside its budget on 2 cores.
+- ``ci-simulator`` (``CI`` set, under ``NUMBA_ENABLE_CUDASIM=1``): ``ci`` with fewer examples.
 - ``dev`` (default otherwise): random, a few more examples, failures saved to ``.hypothesis/``.
 - ``thorough``: many examples, for a long local or nightly run.
 """
@@ -26,7 +27,20 @@ settings.register_profile("ci", max_examples=30, derandomize=True, database=None
 settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=_SLOW_OK)
 settings.register_profile("thorough", max_examples=2000, deadline=None,
                           suppress_health_check=_SLOW_OK)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+#: The CUDA simulator runs a kernel as Python, thread by thread: its examples cost a hundred times
+#: a compiled target's. CI exercises the cuda code path there with fewer; the GPU runs the rest.
+settings.register_profile("ci-simulator", parent=settings.get_profile("ci"), max_examples=10)
+
+
+def _profile() -> str:
+    if os.environ.get("HYPOTHESIS_PROFILE"):
+        return os.environ["HYPOTHESIS_PROFILE"]
+    if not os.environ.get("CI"):
+        return "dev"
+    return "ci-simulator" if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else "ci"
+
+
+settings.load_profile(_profile())
 
 
 def pytest_report_header(config: pytest.Config) -> str:

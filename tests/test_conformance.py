@@ -53,12 +53,15 @@ import gpufuncs as gf
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 TARGETS = ["cuda"] if SIMULATED else ["cpu", "parallel", pytest.param("cuda", marks=pytest.mark.cuda)]
-CI_PROFILE = settings.get_current_profile_name() == "ci"
+PROFILE = settings.get_current_profile_name()
 
 
 def _examples(ci: int) -> int:
-    """``ci`` examples under the CI profile (its time budget), the profile's count otherwise."""
-    return ci if CI_PROFILE else settings().max_examples
+    """``ci`` examples under the CI profile (its time budget), at most the simulator's under its
+    CI profile, the profile's count otherwise."""
+    if PROFILE == "ci":
+        return ci
+    return min(ci, settings().max_examples) if PROFILE == "ci-simulator" else settings().max_examples
 
 
 # -- kernels and their references -------------------------------------------------------------
