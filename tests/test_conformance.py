@@ -364,6 +364,8 @@ def _twin(given: tuple[Any, ...], loop: tuple[np.dtype, ...]) -> tuple[np.dtype,
     if HALF not in given or not any(t.char == "f" for t in loop):
         return loop
     twin = tuple(HALF if t.char == "f" else t for t in loop)
+    if not any(not isinstance(d, type) and d == HALF and to == HALF for d, to in zip(given, twin[:nin])):
+        return loop  # no float16 input in a float16 place: a Python float there stays out of it
     for d, to in zip(given, twin[:nin]):
         if isinstance(d, type):  # weak: an int fits any loop type, a float a floating or complex one
             if d is not int and to.kind not in "fc":
@@ -394,7 +396,31 @@ def _lazy_reference(op: Op, inputs: list[Any], given: tuple[Any, ...]) -> tuple[
         loop = _twin(given, op.fd.ufunc.resolve_dtypes((*given, None)))
     except Exception as exc:  # what selecting the loop raised (OverflowError, TypeError)
         return _Raise(exc), {}
-    return op.values, {"signature": (loop[-1],) * 3}
+    return _InLoopTypes(op.values, loop), {}
+
+
+class _InLoopTypes:
+    """``ufunc`` computing in ``loop``'s output type, each input first cast to a narrower
+    floating type its place in the loop has: a Python float in a float32 place of a ``df->d``
+    loop is read as float32, as the loop reads it."""
+
+    def __init__(self, ufunc: Any, loop: tuple[np.dtype, ...]) -> None:
+        self.ufunc, self.loop, self.__name__ = ufunc, loop, ufunc.__name__
+        self.types = "".join(t.char for t in loop[:-1]) + "->" + loop[-1].char
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        nin, result = len(self.loop) - 1, self.loop[-1]
+        inputs = [_cast_to(a, t) if t.kind == "f" and t != result else a
+                  for a, t in zip(args[:nin], self.loop)]
+        return self.ufunc(*inputs, *args[nin:], signature=(result,) * (nin + 1), **kwargs)
+
+
+def _cast_to(value: Any, dtype: np.dtype) -> Any:
+    if type(value) in (bool, int, float, complex):
+        return dtype.type(value)
+    if isinstance(value, np.ndarray | np.generic):
+        return value.astype(dtype)  # (keeps an array's subclass and mask)
+    return np.asarray(value).astype(dtype)
 
 
 # -- array subclasses ---------------------------------------------------------------------------

@@ -190,6 +190,27 @@ def test_mixed_loop_reads_each_input_as_its_own_type(target):
     assert np.array_equal(types_scale(1.5, strided, target=target), 1.5 * strided)
 
 
+@gf.ufunc(signatures=["float64(float64, float32)", "float64(float64, float64)"], replace=True)
+def types_mixed_add(a, b):
+    return a + b
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_python_float_never_takes_a_float16_twins_place(target):
+    """A float32 loop's float16 twin serves float16 inputs in its float16 places: a float16
+    array in the float64 place of ``df->d`` with a Python float in the float32 place takes
+    ``df->d`` itself, the float read as float32 (its twin ``de->d`` rounded 1e-7 to float16's
+    1.19e-7, a lazy kernel's learned loops included)."""
+    half = np.array([0.0, 1.0], np.float16)
+    assert types_mixed_add.resolve_loop([half.dtype, float]).types == "df->d"
+    got = types_mixed_add(half, 1e-7, target=target)
+    expected = half.astype(np.float64) + np.float64(np.float32(1e-7))
+    assert got.dtype == np.float64 and np.array_equal(got, expected), (got, expected)
+    # a float16 array in the float32 place does take the twin, read exactly
+    assert types_mixed_add.resolve_loop([np.dtype(np.float64), half.dtype]).types == "de->d"
+    assert np.array_equal(types_mixed_add(np.array([1.0, 2.0]), half, target=target), [1.0, 3.0])
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_python_float_cast_unsafely_into_an_integer_loop_as_numpy(target):
     """``dtype=int64, casting="unsafe"`` with a float beyond int64 or a NaN: NumPy's cast (C's

@@ -198,15 +198,18 @@ def resolve_loop(spec: KernelSpec, dtypes: list[Any], requested: Any, casting: s
     runs, as NumPy's type resolver picks it for a ufunc of these loops: the first loop that
     every input casts to safely (NEP 50 for Python scalars), or, with ``dtype=``, the first
     whose outputs are of that dtype and inputs cast safely, else the loop of that dtype
-    throughout (NumPy's ``type_tuple_type_resolver``). float16 loops (see
-    :func:`gpufuncs.spec.half_loops`) are candidates only for calls with a float16 input: NumPy
-    would compute an int8 in float16.
+    throughout (NumPy's ``type_tuple_type_resolver``). float16 twins (see
+    :func:`gpufuncs.spec.half_loops`) are candidates only where a float16 input takes one of
+    their float16 places (or ``dtype=float16`` asks for their result): NumPy would compute an
+    int8 in float16, and a Python float beside a float16 array, in another place of a mixed
+    loop, would be rounded to float16.
     ``TypeError`` when there is none (longdouble has none, as in any ufunc without one)."""
     wanted = None if requested is None else _requested(spec, requested)
     weak = weak_scalars(dtypes)  # NumPy's should_use_min_scalar_weak_literals, dtype= or not
     dtypes = [operand_dtype(d, weak) for d in dtypes]
-    half = wanted == HALF or any(d == HALF for d in dtypes if not isinstance(d, type))
-    candidates = [lp for lp in spec.selectable if half or lp.runs is None]
+    halves = [not isinstance(d, type) and d == HALF for d in dtypes]
+    candidates = [lp for lp in spec.selectable if lp.runs is None or wanted == HALF
+                  or any(h and t == HALF for h, t in zip(halves, lp.inputs))]
     strict = casting if casting in ("no", "equiv") else "safe"
     fits = [lp for lp in candidates if _fits(dtypes, lp, strict)
             and (wanted is None or all(d == wanted for d in lp.outputs))]
