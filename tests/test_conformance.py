@@ -275,7 +275,12 @@ def reference(op: Op, inputs: list[Any], dtype: Any,
         elif np.dtype(dtype) == HALF and op.twins:
             return op.values, {}  # the float16 twin is NumPy's float16 loop
         else:
-            refused = _weak_scalar_refused(op, inputs, given, dtype, casting)
+            # NumPy 2.4's ufunc.resolve_dtypes crashes the process (a segmentation fault, np.add's
+            # as well as Numba's ufuncs') on the error "cannot cast Python int to float32 under
+            # the casting rule 'equiv'": the call itself says whether it raises one.
+            weak = any(isinstance(d, type) for d in given)
+            refused = _error_of_call(op.fd, inputs, dtype, casting, TypeError) \
+                if casting == "equiv" and weak else None
             if refused is not None:
                 return _Raise(refused), {}
             loop = op.fd.resolve_dtypes((*given, *outs), signature=(*(None,) * op.nin, np.dtype(dtype)),
@@ -283,7 +288,7 @@ def reference(op: Op, inputs: list[Any], dtype: Any,
     except TypeError:  # no loop: NumPy's TypeError, raised where NumPy raises it
         if op.nout == 1:
             return _ContiguousOut(op.fd), {}
-        overflow = _python_int_overflow(op.fd, inputs, dtype, casting)
+        overflow = _error_of_call(op.fd, inputs, dtype, casting, OverflowError)
         if overflow is not None:  # NumPy converts a Python int to the loop type before the cast check
             return _Raise(overflow), {}
         return op.values, {"signature": ("l", "l", "d", "d")}  # a loop np.divmod lacks
@@ -296,35 +301,18 @@ def reference(op: Op, inputs: list[Any], dtype: Any,
     return op.values, {"signature": (*loop, *loop[op.nin:] * (op.nout - 1))}
 
 
-def _weak_scalar_refused(op: Op, inputs: list[Any], given: tuple[Any, ...], dtype: Any,
-                         casting: str) -> TypeError | None:
-    """NumPy's TypeError for a call with a Python scalar, ``dtype=`` and ``casting="equiv"``
-    (such as "cannot cast Python int to float32 under the casting rule 'equiv'"), found by the
-    call itself, where it raises one: NumPy 2.4's ``ufunc.resolve_dtypes`` crashes the process (a segmentation
-    fault) on that error, ``np.add``'s as well as Numba's ufuncs'."""
-    if casting != "equiv" or not any(isinstance(d, type) for d in given):
-        return None
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            op.fd(*inputs, dtype=dtype, casting=casting)
-    except TypeError as exc:  # the call's own error, whichever operand it names
-        return exc
-    except Exception:  # another error: left to the reference call, as before
-        pass
-    return None
-
-
-def _python_int_overflow(resolver: Any, inputs: list[Any], dtype: Any, casting: str) -> OverflowError | None:
-    """The OverflowError NumPy raises for a Python int out of range of the loop ``dtype=`` names,
-    which comes before its casting check (``resolver`` has the kernel's loops, one output)."""
+def _error_of_call(resolver: Any, inputs: list[Any], dtype: Any, casting: str,
+                   kind: type[BaseException]) -> BaseException | None:
+    """The ``kind`` error that ``resolver`` (a ufunc of the kernel's loops, one output) raises
+    when called as the kernel is: NumPy's own order of errors (its other errors are left to the
+    reference call)."""
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             resolver(*inputs, dtype=dtype, casting=casting)
-    except OverflowError as exc:
+    except kind as exc:
         return exc
-    except TypeError:
+    except Exception:
         pass
     return None
 
