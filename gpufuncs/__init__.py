@@ -13,10 +13,12 @@ from .errors import (
     CudaCompileError,
     CudaUnavailableError,
     DiskCacheWarning,
+    FusionError,
     KernelCompileError,
     KernelDefinitionError,
     TargetUnavailableError,
 )
+from .fuse import Fused, fuse
 from .registry import float_signatures, get, gufunc, names, registry, ufunc
 from .scalar import as_type, muladd
 from .spec import Benchmark, CupyFormula, Tolerance
@@ -58,6 +60,8 @@ __all__ = [
     "CudaUnavailableError",
     "CupyFormula",
     "DiskCacheWarning",
+    "Fused",
+    "FusionError",
     "Kernel",
     "KernelCompileError",
     "KernelDefinitionError",
@@ -69,6 +73,7 @@ __all__ = [
     "clamp",
     "exp",
     "float_signatures",
+    "fuse",
     "gaussian",
     "get",
     "gufunc",

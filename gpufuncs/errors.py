@@ -20,6 +20,11 @@ class CudaCompileError(KernelCompileError):
     """A kernel could not be compiled for the cuda target; the message names the kernel."""
 
 
+class FusionError(TypeError):
+    """A function given to :func:`gpufuncs.fuse` does something fusion does not compile; the
+    message names the function, the line and what it does."""
+
+
 class TargetUnavailableError(RuntimeError):
     """The requested target cannot run on this machine."""
 
@@ -36,6 +41,7 @@ __all__ = [
     "CudaCompileError",
     "CudaUnavailableError",
     "DiskCacheWarning",
+    "FusionError",
     "KernelCompileError",
     "KernelDefinitionError",
     "TargetUnavailableError",

@@ -9,9 +9,12 @@ force-inlined into their callers, as the kernel's own is into the templates of :
 
 from __future__ import annotations
 
+import functools
+import math
 import types
 from typing import Any
 
+import numpy as np
 from numba import cuda
 from numba.core.registry import CPUDispatcher
 
@@ -50,7 +53,28 @@ def kernel_device_function(spec: KernelSpec) -> Any:
 def _swapped(value: Any) -> Any:
     if isinstance(value, CPUDispatcher) or kernel_spec(value) is not None:
         return _device_copy(value)
+    if SIMULATED and value is math:
+        return _simulator_math()
     return numpy_cmath(value)  # NumPy's cmath.exp, on the simulator too
+
+
+#: ``math`` functions that raise in Python (``exp(1000)``, ``log(0)``, ``sqrt(-1)``) where
+#: compiled code gives ``inf`` or NaN, by NumPy's function of the same values.
+_RAISING = {"exp": "exp", "expm1": "expm1", "log": "log", "log2": "log2", "log10": "log10",
+            "log1p": "log1p", "sqrt": "sqrt", "pow": "power", "sinh": "sinh", "cosh": "cosh",
+            "asin": "arcsin", "acos": "arccos", "acosh": "arccosh", "atanh": "arctanh",
+            "sin": "sin", "cos": "cos", "tan": "tan"}
+
+
+@functools.cache
+def _simulator_math() -> types.ModuleType:
+    """``math`` as a kernel runs it on the simulator: Python's functions, except those that
+    raise where a GPU gives ``inf`` or NaN, which are NumPy's (on NumPy scalars, keeping their
+    type, as a compiled ``float32`` call does)."""
+    module = types.ModuleType("math", math.__doc__)
+    vars(module).update({k: v for k, v in vars(math).items() if not k.startswith("_")})
+    vars(module).update({name: getattr(np, numpy_name) for name, numpy_name in _RAISING.items()})
+    return module
 
 
 def _callee_function(callee: Any) -> types.FunctionType:

@@ -1,0 +1,198 @@
+"""``gf.fuse``: a function of arrays, written with NumPy and gpufuncs kernels, as one kernel.
+
+A fused function is traced once per combination of its arguments' dtypes (see :mod:`.trace`):
+each NumPy ufunc, operator and gpufuncs kernel it applies is recorded with the loop dtypes that
+NumPy's eager call would use, and the record becomes one scalar function (see :mod:`.emit`),
+compiled as an elementwise gpufuncs kernel of exactly those types. Calls then go through that
+kernel: broadcasting, ``out=``, every target, device arrays kept on their device, one pass over
+memory with no temporaries.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..dispatch import Kernel
+from ..dispatch.args import describe
+from ..errors import FusionError
+from ..spec import KernelSpec, parse_loop
+from .emit import scalar_function, signature
+from .trace import WEAK, Trace, trace
+
+#: Keywords of a call that go to the fused kernel (the function itself takes none of its own).
+_CALL_KEYWORDS = frozenset({"out", "target", "stream", "device", "order"})
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A kernel computing some of the results (``positions`` among them) from some of the
+    arguments (``arguments``): the results that depend on the same arguments, which share
+    their broadcast shape, as in the eager call."""
+
+    kernel: Kernel
+    arguments: tuple[int, ...]
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    parts: tuple[_Part, ...]
+    int_checks: frozenset[tuple[int, np.dtype]]
+    nout: int
+
+
+class Fused:
+    """A function fused into one elementwise kernel per combination of argument dtypes.
+
+    Call it as the function, with arrays (NumPy, device arrays, lists), NumPy scalars and
+    Python scalars, plus ``out=``, ``target=`` (and ``stream=``, ``device=``, ``order=``) as for
+    any kernel. ``kernels`` lists what has been compiled so far.
+    """
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        if not inspect.isfunction(func):
+            raise FusionError(f"gf.fuse takes a Python function, got {type(func).__name__}")
+        parameters = inspect.signature(func).parameters.values()
+        if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters):
+            raise FusionError(f"fused function {func.__qualname__!r}: *args, **kwargs and "
+                              "keyword-only parameters are not fused")
+        functools.update_wrapper(self, func)
+        self.func = func
+        self._signature = inspect.signature(func)
+        self._nargs = len(self._signature.parameters)
+        self._compiled: dict[tuple[Any, ...], _Compiled] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def kernels(self) -> dict[tuple[Any, ...], Kernel]:
+        """The kernel compiled for each combination of argument dtypes seen (a Python scalar
+        argument is keyed by its type: ``float`` beside a float32 array stays float32). Where
+        the results depend on different arguments (and so may differ in shape), one kernel
+        per such group: the first is listed."""
+        return {key: found.parts[0].kernel for key, found in self._compiled.items()}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        options = {k: kwargs.pop(k) for k in _CALL_KEYWORDS & kwargs.keys()}
+        if kwargs or len(args) != self._nargs:
+            args = tuple(self._signature.bind(*args, **kwargs).arguments.values())  # TypeError as Python's
+        key = tuple(_dtype_of(a) for a in args)
+        found = self._compiled.get(key) or self._compile(key)
+        for index, dtype in found.int_checks:
+            _check_int(args[index], dtype)
+        if len(found.parts) == 1 and len(found.parts[0].arguments) == len(args):
+            return found.parts[0].kernel(*args, **options)
+        return self._call_parts(found, args, options)
+
+    def _call_parts(self, found: _Compiled, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        out = options.pop("out", None)
+        outs = out if isinstance(out, tuple) else (out,) * (found.nout == 1) or (None,) * found.nout
+        results: list[Any] = [None] * found.nout
+        for part in found.parts:
+            given = tuple(outs[k] for k in part.positions)
+            computed = part.kernel(*(args[i] for i in part.arguments),
+                                   **({"out": given} if any(o is not None for o in given) else {}),
+                                   **options)
+            computed = computed if isinstance(computed, tuple) else (computed,)
+            for k, value in zip(part.positions, computed):
+                results[k] = value
+        return results[0] if found.nout == 1 else tuple(results)
+
+    def _compile(self, key: tuple[Any, ...]) -> _Compiled:
+        with self._lock:
+            found = self._compiled.get(key)
+            if found is None:
+                traced = trace(self.func, list(key))
+                groups: dict[frozenset[int], list[int]] = {}
+                for position, symbol in enumerate(traced.outputs):
+                    groups.setdefault(traced.depends[symbol], []).append(position)
+                parts = tuple(self._part(traced, tuple(sorted(depends)), tuple(positions))
+                              for depends, positions in groups.items())
+                found = self._compiled[key] = _Compiled(parts, frozenset(traced.int_checks),
+                                                        len(traced.outputs))
+        return found
+
+    def _part(self, traced: Trace, arguments: tuple[int, ...], positions: tuple[int, ...]) -> _Part:
+        outputs = tuple(traced.outputs[k] for k in positions)
+        body = scalar_function(traced, self.func, arguments, outputs)
+        names = tuple(self._signature.parameters)
+        spec = KernelSpec(name=self.func.__name__, pyfunc=body,
+                          loops=(parse_loop(signature(traced, arguments, outputs), len(arguments), False),),
+                          layout=None, reference=None, tolerances={},
+                          doc=inspect.getdoc(self.func) or "", arg_names=tuple(names[i] for i in arguments))
+        return _Part(Kernel(spec), arguments, positions)
+
+    def source(self, *args: Any) -> str:
+        """The scalar function(s) that calls with arguments like ``args`` run (compiled first)."""
+        key = tuple(_dtype_of(a) for a in args)
+        found = self._compiled.get(key) or self._compile(key)
+        return "\n\n".join(part.kernel.spec.pyfunc.source for part in found.parts)
+
+    def __repr__(self) -> str:
+        return f"<gpufuncs fused function {self.func.__qualname__!r}>"
+
+
+def _dtype_of(value: Any) -> np.dtype | type:
+    """How tracing types ``value``: its dtype, or its Python type for a weak scalar."""
+    cls = type(value)
+    if cls is bool:
+        return np.dtype(np.bool_)
+    if cls in WEAK:
+        return cls
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, np.dtype):
+        return dtype
+    arg = describe(value)
+    return arg.dtype if arg is not None else np.asarray(value).dtype
+
+
+def _check_int(value: Any, dtype: np.dtype) -> None:
+    """NumPy's refusal of a Python int its loop dtype cannot hold (NEP 50)."""
+    info = np.iinfo(dtype)
+    if not info.min <= value <= info.max:
+        raise OverflowError(f"Python integer {value} out of bounds for {dtype}")
+
+
+def fuse(func: Callable[..., Any]) -> Fused:
+    """Fuse a function of arrays into one elementwise kernel on every target.
+
+    The function may apply gpufuncs elementwise kernels, NumPy's elementwise ufuncs (``np.exp``,
+    ``np.sqrt``, ``np.maximum``, comparisons, ...), ``np.where``, ``np.clip``, arithmetic
+    operators, ``astype`` and constants to its arguments. Each call computes what the function
+    run eagerly with NumPy computes, with NumPy's dtypes for every intermediate and the result,
+    in one pass over memory.
+
+    Parameters
+    ----------
+    func : function
+        The function. Its parameters are positional; each argument may be an array (host or
+        device) or a scalar.
+
+    Returns
+    -------
+    Fused
+        The fused function: call it as ``func``, with ``out=``, ``target=`` and the device
+        options of any kernel besides.
+
+    Raises
+    ------
+    FusionError
+        At the first call, for anything that cannot be fused, naming the function and the line.
+
+    Examples
+    --------
+    >>> import numpy as np, gpufuncs as gf
+    >>> @gf.fuse
+    ... def chain(x, mu, s, w):
+    ...     return gf.clamp(gf.gaussian(x, mu, s) * w + np.exp(-x), 0, 1)
+    >>> x = np.linspace(0, 3, 4, dtype=np.float32)
+    >>> chain(x, 0.0, 1.0, 2.0).dtype
+    dtype('float32')
+    """
+    return Fused(func)

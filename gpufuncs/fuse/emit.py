@@ -1,0 +1,126 @@
+"""A trace as one scalar function: the body of the fused kernel.
+
+The function is made from source text, as :func:`gpufuncs.targets.compose.storing_results`
+makes its own: Numba compiles a ufunc's scalar function for an exact number of parameters, and
+one straight-line function is one thing to compile (a closure per operation would be one Numba
+function each, several times the compile time of the same body written by hand). The text holds
+only generated names (``a0`` for arguments, ``v3`` for values, ``k0`` for constants, ``kernel1``
+for called kernels) and the expressions of :mod:`.ops`; every name it reads is in its scope.
+Each statement casts its value to the dtype NumPy's eager call gives it, so the body computes
+what the eager call computes, one element at a time.
+"""
+
+from __future__ import annotations
+
+import cmath
+import math
+import types
+from typing import Any
+
+import numpy as np
+from numba.np.numpy_support import from_dtype
+
+from .ops import HELPERS
+from .trace import Operand, Trace
+
+#: The cast to each dtype, by the name the expressions use (``t_float32(x)``).
+_CASTS = {f"t_{np.dtype(c).name}": np.dtype(c).type for c in "bBhHiIlLqQfdFD"}
+
+
+class _Body:
+    """The statements of the fused function and the scope they read."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.scope: dict[str, Any] = {"math": math, "cmath": cmath, **HELPERS, **_CASTS}
+        self.values = [f"a{i}" for i in range(len(trace.arguments))]  # the name of each symbol
+        self.lines: list[str] = []
+        self._constants = 0
+
+    def constant(self, value: Any, prefix: str) -> str:
+        name = f"{prefix}{self._constants}"
+        self._constants += 1
+        self.scope[name] = value
+        return name
+
+    def cast(self, expression: str, dtype: np.dtype) -> str:
+        if dtype == np.bool_:  # truth, as NumPy's cast to bool (NaN is true)
+            return f"({expression}) != 0"
+        return f"t_{dtype.name}({expression})"
+
+    def read(self, operand: Operand) -> str:
+        if isinstance(operand.value, np.generic):  # a constant, of its loop dtype already
+            return self.constant(operand.value, "k")
+        name = self.values[operand.value]
+        return name if self.trace.dtypes[operand.value] == operand.to else self.cast(name, operand.to)
+
+    def step(self, expression: str, operands: list[str], results: tuple[np.dtype, ...],
+             kernel: Any) -> None:
+        first = len(self.values)
+        if kernel is not None:
+            expression = f"{self.constant(kernel, 'kernel')}({', '.join(operands)})"
+        else:
+            expression = expression.format(*operands)
+        if len(results) == 1:
+            self.lines.append(f"v{first} = {self.cast(expression, results[0])}")
+        else:
+            self.lines.append(f"t{first} = {expression}")
+            self.lines += [f"v{first + k} = {self.cast(f't{first}[{k}]', dtype)}"
+                           for k, dtype in enumerate(results)]
+        self.values += [f"v{first + k}" for k in range(len(results))]
+
+
+def scalar_function(trace: Trace, like: types.FunctionType, arguments: tuple[int, ...],
+                    outputs: tuple[int, ...]) -> types.FunctionType:
+    """The fused scalar function of ``trace``'s symbols ``outputs`` (which depend on the
+    ``arguments`` only: its parameters), named as ``like`` (the user's function)."""
+    body = _Body(trace)
+    needed = _needed(trace, outputs)
+    for step, first in zip(trace.steps, _firsts(trace)):
+        if first in needed:
+            body.step(step.expression, [body.read(op) for op in step.operands], step.results,
+                      step.kernel)
+        else:  # a value no output reads: no statement
+            body.values += [""] * len(step.results)
+    returned = ", ".join(body.values[i] for i in outputs)
+    parameters = ", ".join(f"a{i}" for i in arguments)
+    lines = [f"def fused({parameters}):", *(f"    {line}" for line in body.lines), f"    return {returned}"]
+    scope = dict(body.scope, __name__=like.__module__)
+    exec(compile("\n".join(lines), f"<gpufuncs fused {like.__qualname__}>", "exec"), scope)
+    fused = scope["fused"]
+    fused.__name__, fused.__qualname__, fused.__module__ = like.__name__, like.__qualname__, like.__module__
+    fused.__doc__ = like.__doc__
+    fused.source = "\n".join(lines)  # what the targets compile, for errors and curious users
+    return fused
+
+
+def _firsts(trace: Trace) -> list[int]:
+    """The symbol index of each step's first result."""
+    firsts, index = [], len(trace.arguments)
+    for step in trace.steps:
+        firsts.append(index)
+        index += len(step.results)
+    return firsts
+
+
+def _needed(trace: Trace, outputs: tuple[int, ...]) -> set[int]:
+    """The first results of the steps that ``outputs`` read, directly or not."""
+    steps = dict(zip(_firsts(trace), trace.steps))
+    owner = {first + k: first for first, step in steps.items() for k in range(len(step.results))}
+    needed: set[int] = set()
+    pending = [i for i in outputs if i in owner]
+    while pending:
+        first = owner[pending.pop()]
+        if first not in needed:
+            needed.add(first)
+            pending += [op.value for op in steps[first].operands
+                        if not isinstance(op.value, np.generic) and op.value in owner]
+    return needed
+
+
+def signature(trace: Trace, arguments: tuple[int, ...], outputs: tuple[int, ...]) -> str:
+    """The Numba signature of the fused scalar function: its arguments' and results' types."""
+    parameters = ", ".join(str(from_dtype(trace.dtypes[i])) for i in arguments)
+    results = [str(from_dtype(trace.dtypes[i])) for i in outputs]
+    returned = results[0] if len(results) == 1 else f"Tuple(({', '.join(results)}))"
+    return f"{returned}({parameters})"

@@ -1,0 +1,168 @@
+"""NumPy's elementwise functions as scalar code: the statement a fused body computes each with.
+
+Each operation of a traced function (see :mod:`.trace`) becomes one statement of the fused
+scalar function (see :mod:`.emit`), on operands already cast to the loop dtypes that NumPy's
+type resolution chose, its value then cast to the loop's output dtype. :func:`template` gives
+the statement's expression, a format string over the operands (``"{0} + {1}"``):
+
+* an operator, where Numba's on operands of one dtype computes NumPy's value once cast back
+  (Numba widens small integers, whose results then wrap as NumPy's);
+* ``math.f`` / ``cmath.f``, which each target compiles as it does in a kernel's body (vector
+  math on ``cpu``, NumPy's complex functions: see :mod:`gpufuncs.targets.numpy_complex`);
+* one of the ``@numba.njit`` functions below (:data:`HELPERS`), where NumPy's C loop gives
+  values Numba's operator would not (NaN in ``maximum``, the signs of ``floor_divide``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+
+class Unfusable(Exception):
+    """An operation fusion does not compile; the tracer adds where it happened."""
+
+
+# -- helpers: NumPy's loops where Numba's operators differ --------------------------------------------
+@numba.njit
+def maximum(a, b):
+    return a if a >= b or a != a else b  # NaN in either propagates (the first, if both)
+
+
+@numba.njit
+def minimum(a, b):
+    return a if a <= b or a != a else b
+
+
+@numba.njit
+def fmax(a, b):
+    return a if a >= b or b != b else b  # NaN only where both are
+
+
+@numba.njit
+def fmin(a, b):
+    return a if a <= b or b != b else b
+
+
+@numba.njit
+def floor_divide(a, b):
+    """NumPy's float ``floor_divide``: Numba's ``//`` (CPython's ``float_divmod``, the algorithm
+    of NumPy's ``npy_divmod``), and ``a / b`` where ``b`` is 0 (Numba's would raise or differ)."""
+    return a // b if b != 0 else a / b
+
+
+@numba.njit
+def remainder(a, b):
+    """NumPy's float ``remainder``: Numba's ``%`` (the sign of ``b``, as ``npy_remainder``), and
+    NaN where ``b`` is 0 (C's ``fmod``)."""
+    return a % b if b != 0 else math.nan
+
+
+@numba.njit
+def sign(x):
+    if x > 0:
+        return 1
+    if x < 0:
+        return -1
+    return x if x != x else 0  # NaN stays NaN; both zeros give 0
+
+
+#: The helpers by name: the fused body's scope holds them.
+HELPERS = {f.py_func.__name__: f for f in (maximum, minimum, fmax, fmin, floor_divide, remainder, sign)}
+
+_INFIX = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
+          np.true_divide: "{0} / {1}", np.less: "{0} < {1}", np.less_equal: "{0} <= {1}",
+          np.greater: "{0} > {1}", np.greater_equal: "{0} >= {1}", np.equal: "{0} == {1}",
+          np.not_equal: "{0} != {1}", np.negative: "-{0}", np.positive: "+{0}",
+          np.absolute: "abs({0})", np.square: "{0} * {0}",
+          np.bitwise_and: "{0} & {1}", np.bitwise_or: "{0} | {1}", np.bitwise_xor: "{0} ^ {1}",
+          np.logical_and: "({0} != 0) & ({1} != 0)", np.logical_or: "({0} != 0) | ({1} != 0)",
+          np.logical_xor: "({0} != 0) != ({1} != 0)", np.logical_not: "{0} == 0",
+          np.maximum: "maximum({0}, {1})", np.minimum: "minimum({0}, {1})",
+          np.fmax: "fmax({0}, {1})", np.fmin: "fmin({0}, {1})", np.sign: "sign({0})"}
+
+#: int64 arithmetic that may overflow, computed in uint64: Numba marks its signed arithmetic
+#: ``nsw`` (overflow is undefined, which LLVM may assume away: ``abs(a - b)`` then gives a
+#: negative number where the difference wraps), while NumPy's wraps. Narrower signed types
+#: compute in int64 without overflowing, one operation per statement, and wrap when cast back.
+_WRAPPING = {np.add: "t_int64(t_uint64({0}) + t_uint64({1}))",
+             np.subtract: "t_int64(t_uint64({0}) - t_uint64({1}))",
+             np.multiply: "t_int64(t_uint64({0}) * t_uint64({1}))",
+             np.square: "t_int64(t_uint64({0}) * t_uint64({0}))",
+             np.negative: "t_int64(-t_uint64({0}))"}
+
+#: ``math`` functions of real loops (``cmath`` too where NumPy's complex loop is the same one).
+_MATH = {np.exp: "exp", np.expm1: "expm1", np.log: "log", np.log2: "log2", np.log10: "log10",
+         np.log1p: "log1p", np.sqrt: "sqrt", np.sin: "sin", np.cos: "cos", np.tan: "tan",
+         np.arcsin: "asin", np.arccos: "acos", np.arctan: "atan", np.sinh: "sinh",
+         np.cosh: "cosh", np.tanh: "tanh", np.arcsinh: "asinh", np.arccosh: "acosh",
+         np.arctanh: "atanh", np.floor: "floor", np.ceil: "ceil", np.trunc: "trunc",
+         np.isnan: "isnan", np.isinf: "isinf", np.isfinite: "isfinite", np.arctan2: "atan2",
+         np.hypot: "hypot", np.copysign: "copysign", np.exp2: "exp2"}
+_CMATH = {np.exp: "exp", np.log: "log", np.sqrt: "sqrt", np.isnan: "isnan", np.isinf: "isinf",
+          np.isfinite: "isfinite"}
+#: Real loops whose values are exactly integers: their integer loops give the input back.
+_IDENTITY_ON_INTEGERS = {np.floor, np.ceil, np.trunc, np.rint}
+
+
+def template(ufunc: np.ufunc, inputs: tuple[np.dtype, ...], power_of: object = None) -> str:
+    """The expression of ``ufunc`` on operands of its loop's ``inputs`` dtypes.
+
+    ``power_of``: for ``np.power``, the exponent where it is a constant (NumPy computes
+    ``x ** 2`` as ``square``, ``x ** 0.5`` as ``sqrt``, ``x ** -1`` as ``reciprocal``).
+    ``Unfusable`` for a function or loop that fusion does not compile.
+    """
+    kind = inputs[0].kind
+    if ufunc in _IDENTITY_ON_INTEGERS and kind in "biu":
+        return "{0}"
+    if kind == "i" and inputs[0].itemsize == 8 and ufunc in _WRAPPING:
+        return _WRAPPING[ufunc]
+    if ufunc is np.power:
+        return _power(kind, power_of)
+    if ufunc in (np.floor_divide, np.remainder):
+        if kind in "iu":
+            return "{0} // {1}" if ufunc is np.floor_divide else "{0} % {1}"
+        if kind == "f":
+            return f"{ufunc.__name__}({{0}}, {{1}})"
+    if ufunc is np.reciprocal and kind in "fc":
+        return "1 / {0}"
+    if ufunc is np.invert and kind in "biu":
+        return "not {0}" if kind == "b" else "~{0}"
+    if kind == "c":
+        if ufunc in _CMATH:
+            return f"cmath.{_CMATH[ufunc]}({{0}})"
+        if ufunc in (np.maximum, np.minimum, np.fmax, np.fmin, np.sign) or ufunc in _MATH:
+            raise Unfusable(f"np.{ufunc.__name__} of complex numbers is not fused")
+    if ufunc in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal):
+        if inputs[0] != inputs[1]:  # NumPy's exact int64/uint64 comparisons
+            raise Unfusable(f"np.{ufunc.__name__} of {inputs[0]} with {inputs[1]} is not fused")
+    if ufunc in _INFIX:
+        return _INFIX[ufunc]
+    if ufunc in _MATH and kind == "f":
+        name = _MATH[ufunc]
+        if name == "exp2":
+            return "2.0 ** {0}"
+        args = ", ".join(f"{{{i}}}" for i in range(len(inputs)))
+        return f"math.{name}({args})"
+    raise Unfusable(f"np.{ufunc.__name__} with inputs {', '.join(map(str, inputs))} is not fused")
+
+
+_MAX_PRODUCT = 64
+
+
+def _power(kind: str, exponent: object) -> str:
+    if exponent is not None and kind in "fc":
+        special = {2: "{0} * {0}", 0.5: "math.sqrt({0})" if kind == "f" else "cmath.sqrt({0})",
+                   -1: "1 / {0}", 1: "+{0}"}
+        if exponent in special:
+            return special[exponent]
+    if kind in "fc":
+        return "{0} ** {1}"
+    if kind in "biu" and isinstance(exponent, (int, np.integer)) and 0 <= exponent <= _MAX_PRODUCT:
+        # A product of constant length, in uint64 (no undefined overflow: see _WRAPPING): it
+        # wraps as NumPy's integer power, modulo 2**bits once cast back.
+        return " * ".join(["t_uint64({0})"] * int(exponent)) if exponent else "1"
+    raise Unfusable(f"integer ** is fused for constant exponents from 0 to {_MAX_PRODUCT} only "
+                    "(NumPy raises for negative exponents, which a fused loop cannot)")

@@ -1,0 +1,302 @@
+"""``gf.fuse``: a fused function computes what the same function run eagerly with NumPy computes.
+
+Every comparison is against the function itself called on NumPy arrays (``fused.func``): the
+same dtypes for every result (NumPy's promotion, NEP 50 for Python scalars), the same values
+bit for bit where the operations are exactly rounded (arithmetic, comparisons, ``np.where``,
+``np.maximum``), and within a few ULP where they are transcendental (``np.exp``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import gpufuncs as gf
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
+TARGETS = ["cpu", pytest.param("parallel", marks=pytest.mark.slow), CUDA]
+
+
+@gf.fuse
+def chain(x, mu, s, w):
+    return gf.clamp(gf.gaussian(x, mu, s) * w + np.exp(-x), 0, 1)
+
+
+@gf.fuse
+def integer_ops(a, b):
+    return (a * b + 3) // b, a % b, -a, abs(a - b), a ** 3, np.maximum(a, b) ^ (b & 5)
+
+
+@gf.fuse
+def float_ops(a, b):
+    return (a * 2.5 + b / a, a // b, a % b, np.where(a > b, a, -b), np.maximum(a, b),
+            np.fmin(a, b), np.clip(a, -1, 1), np.sign(b), a ** 2, (a >= b) | np.isnan(a))
+
+
+@gf.fuse
+def complex_ops(z, c):
+    return z * z + c, abs(z), z / c, z == c
+
+
+def _eager(fused, args):
+    with np.errstate(all="ignore"):
+        result = fused.func(*args)
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _assert_like_numpy(fused, args, target, ulps=0):
+    """Dtypes and shapes as the eager call's; values bit for bit (NaN where NaN), or within
+    ``ulps`` units in the last place for transcendental functions."""
+    expected = _eager(fused, args)
+    with np.errstate(all="ignore"):
+        got = fused(*args, target=target)
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        g, e = np.asarray(g), np.asarray(e)
+        assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, e.dtype, g.shape, e.shape)
+        if ulps and e.dtype.kind == "c":
+            _assert_within_ulps(g.real, e.real, ulps)
+            _assert_within_ulps(g.imag, e.imag, ulps)
+        elif ulps and e.dtype.kind == "f":
+            _assert_within_ulps(g, e, ulps)
+        else:
+            np.testing.assert_array_equal(g, e)
+
+
+def _assert_within_ulps(g, e, ulps):
+    spacing = np.abs(np.spacing(np.where(np.isfinite(e), e, 0).astype(e.dtype)))
+    close = (np.abs(g.astype(np.float64) - e) <= ulps * spacing) | (g == e)
+    assert np.all(close | (np.isnan(g) & np.isnan(e))), (g, e)
+
+
+def _values(dtype: np.dtype, shape: tuple[int, ...]):
+    if dtype.kind == "f":
+        elements = st.floats(width=8 * dtype.itemsize, allow_nan=True, allow_infinity=True)
+    elif dtype.kind == "c":
+        elements = st.complex_numbers(width=8 * dtype.itemsize, allow_nan=False, max_magnitude=1e10)
+    else:
+        elements = None
+    return hnp.arrays(dtype, shape, elements=elements)
+
+
+_SHAPES = hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_side=5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "uint64", "int64"])
+@given(data=st.data())
+def test_integer_arithmetic_wraps_and_divides_as_numpy(target, dtype, data):
+    shapes = data.draw(_SHAPES)
+    a, b = (data.draw(_values(np.dtype(dtype), s)) for s in shapes.input_shapes)
+    _assert_like_numpy(integer_ops, (a, b), target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@given(data=st.data())
+def test_float_functions_with_nan_and_signed_zeros_as_numpy(target, dtype, data):
+    shapes = data.draw(_SHAPES)
+    a, b = (data.draw(_values(np.dtype(dtype), s)) for s in shapes.input_shapes)
+    _assert_like_numpy(float_ops, (a, b), target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@given(x=_values(np.dtype(np.float32), (7,)), mu=st.floats(-3, 3), s=st.floats(0.1, 3),
+       w=st.floats(-2, 2))
+def test_the_chain_of_kernels_and_ufuncs_is_numpys_within_ulps(target, x, mu, s, w):
+    _assert_like_numpy(chain, (x, mu, s, w), target, ulps=4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@given(data=st.data())
+def test_complex_arithmetic_as_numpy(target, dtype, data):
+    z, c = (data.draw(_values(np.dtype(dtype), (4,))) for _ in range(2))
+    _assert_like_numpy(complex_ops, (z, c), target, ulps=2)
+
+
+# -- NumPy's dtypes: NEP 50 for Python scalars, promotion for the rest ----------------------------
+@gf.fuse
+def scaled(x, s):
+    return x * s + x
+
+
+_ARRAY_DTYPES = ["bool", "int8", "uint8", "int32", "uint64", "float32", "float64", "complex64"]
+_SCALARS = [2, 2.5, 1.5j, True, np.float64(2.5), np.int8(3), np.float32(0.5)]
+
+
+@pytest.mark.parametrize("dtype", _ARRAY_DTYPES)
+@pytest.mark.parametrize("scalar", _SCALARS, ids=lambda s: f"{type(s).__name__}({s})")
+def test_python_and_numpy_scalars_promote_as_in_numpy(dtype, scalar):
+    x = np.array([0, 1, 3, 7], dtype=dtype)
+    try:
+        expected = _eager(scaled, (x, scalar))
+    except (TypeError, OverflowError) as exc:
+        with pytest.raises(type(exc)):
+            scaled(x, scalar)
+        return
+    _assert_like_numpy(scaled, (x, scalar), "cpu")
+    assert scaled(x, scalar).dtype == expected[0].dtype
+
+
+def test_a_constant_in_the_body_is_weak_as_in_numpy():
+    @gf.fuse
+    def halve(x):
+        return x * 0.1 + 1
+
+    x = np.linspace(0, 1, 9, dtype=np.float32)
+    _assert_like_numpy(halve, (x,), "cpu")  # float32 throughout: 0.1 rounded to float32 first
+    assert halve(x).dtype == np.float32
+
+
+def test_one_kernel_per_combination_of_dtypes():
+    @gf.fuse
+    def f(x, y):
+        return x + y
+
+    f(np.ones(3, np.float32), 1.0)
+    f(np.ones(5, np.float32), 2.0)  # another shape and value: the same kernel
+    f(np.ones(3, np.float32), np.ones(3))
+    assert list(f.kernels) == [(np.dtype(np.float32), float),
+                               (np.dtype(np.float32), np.dtype(np.float64))]
+    # (each with its float16 twin, which the fused function never calls: it refuses float16)
+    assert [k.types[-1] for k in f.kernels.values()] == ["fd->f", "fd->d"]
+
+
+# -- calls: broadcasting, out=, scalars, devices ---------------------------------------------------
+@pytest.mark.parametrize("target", TARGETS)
+def test_out_is_written_and_nothing_beside_it(target):
+    base = np.full(20, -7.0)
+    out = base[2:18:2]  # float64, strided: the float32 result cast into it
+    x = np.linspace(-2, 2, 8, dtype=np.float32)
+    before = base.copy()
+    returned = chain(x, 0.0, 1.0, 2.0, out=out, target=target)
+    assert returned is out
+    assert np.array_equal(out, out.astype(np.float32))  # the float32 result, cast
+    _assert_within_ulps(out.astype(np.float32), chain.func(x, 0.0, 1.0, 2.0), 4)
+    untouched = np.ones(20, bool)
+    untouched[2:18:2] = False
+    np.testing.assert_array_equal(base[untouched], before[untouched])
+
+
+def test_broadcasting_and_several_results():
+    @gf.fuse
+    def both(a, b):
+        return a + b, a * b
+
+    a, b = np.arange(3.0)[:, None], np.arange(4.0)
+    s, p = both(a, b)
+    np.testing.assert_array_equal(s, a + b)
+    np.testing.assert_array_equal(p, a * b)
+
+
+@pytest.mark.cuda
+def test_device_arrays_stay_on_the_device():
+    from numba import cuda
+
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    result = chain(cuda.to_device(x), 0.0, 1.0, 2.0)
+    assert hasattr(result, "copy_to_host")  # a Numba device array, as the input
+    np.testing.assert_allclose(result.copy_to_host(), chain.func(x, 0.0, 1.0, 2.0), rtol=2e-6)
+
+
+# -- what fusion refuses, and NumPy's own errors ----------------------------------------------------
+_GLOBAL_ARRAY = np.ones(3)
+
+
+def _line_of(func, text):
+    lines, first = inspect.getsourcelines(func)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def reduces(x):
+    return (x * 2).sum()
+
+
+def branches(x):
+    if x > 0:
+        return x
+    return -x
+
+
+def scalar_math(x):
+    return math.exp(x)
+
+
+def global_array(x):
+    return x + _GLOBAL_ARRAY
+
+
+def calls_a_gufunc(x):
+    return gf.hermite_norm(x, 3)
+
+
+def sorts(x):
+    return np.sort(x)
+
+
+@pytest.mark.parametrize("func, marker, words", [
+    (reduces, ".sum()", "reduction"),
+    (branches, "if x > 0", "branch"),
+    (scalar_math, "math.exp", "Python number"),
+    (global_array, "_GLOBAL_ARRAY", "not an argument"),
+    (calls_a_gufunc, "hermite_norm", "generalized kernel"),
+    (sorts, "np.sort", "np.sort is not fused"),
+])
+def test_what_cannot_be_fused_is_refused_naming_the_function_and_line(func, marker, words):
+    with pytest.raises(gf.FusionError, match=words) as info:
+        gf.fuse(func)(np.ones(3))
+    assert f"'{func.__qualname__}'" in str(info.value)
+    assert f"line {_line_of(func, marker)}" in str(info.value)
+
+
+def test_float16_is_refused():
+    with pytest.raises(gf.FusionError, match="float16"):
+        scaled(np.ones(3, np.float16), 2.0)
+
+
+def test_numpys_own_errors_keep_their_type():
+    @gf.fuse
+    def subtract(a, b):
+        return a - b
+
+    with pytest.raises(TypeError, match="boolean subtract"):
+        subtract(np.ones(2, bool), np.ones(2, bool))
+
+    @gf.fuse
+    def large(a):
+        return a + 300
+
+    with pytest.raises(OverflowError, match="300"):
+        large(np.ones(2, np.uint8))
+
+
+def test_a_python_int_argument_out_of_its_loops_range_is_refused_on_every_call():
+    x = np.arange(4, dtype=np.uint8)
+    np.testing.assert_array_equal(scaled(x, 3), x * 3 + x)
+    with pytest.raises(OverflowError, match="300 out of bounds for uint8"):
+        scaled(x, 300)
+    with pytest.raises(OverflowError):
+        x * 300  # NumPy's refusal, the same
+
+
+def test_arguments_bind_as_the_functions():
+    np.testing.assert_array_equal(scaled(x=np.ones(2), s=2.0), np.full(2, 3.0))
+    with pytest.raises(TypeError):
+        scaled(np.ones(2))
+    with pytest.raises(gf.FusionError, match="keyword-only"):
+        gf.fuse(lambda x, *, s: x * s)
+
+
+def test_the_fused_body_is_one_function():
+    source = chain.source(np.ones(3, np.float32), 0.0, 1.0, 2.0)
+    assert source.count("def ") == 1 and "math.exp" in source
