@@ -1,0 +1,179 @@
+"""``gf.fuse`` against the same chain of calls unfused, and against the tools users fuse with.
+
+The chain of issue 31, ``clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1)`` on float32:
+
+- fused: :data:`fused_chain` (``gf.fuse``), one pass over memory;
+- unfused: the same calls run eagerly (gpufuncs kernels and NumPy's or CuPy's ``exp``), a
+  temporary per step;
+- on the CPU: NumPy's eager expression and numexpr (all threads) where installed;
+- on the GPU: ``cupy.fuse`` of the same function written with CuPy's functions, and
+  ``torch.compile`` (default mode, after its warm-up) where PyTorch is installed.
+
+Run ``python -m benchmarks.bench_fuse`` (the host; ``--target parallel`` for all cores) or
+``python -m benchmarks.bench_fuse --gpu`` (CuPy arrays on the first GPU). Results are written
+to ``benchmarks/results/<name>_fuse.{json,txt}`` (``--name``). Ratios are medians of
+interleaved repetitions (see :func:`harness.measure_pair`), times medians after warm-up; GPU
+times are call + synchronize and pipelined (a stream of calls, one synchronize).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import gpufuncs as gf
+
+from .harness import machine_info, measure_pair
+
+RESULTS = Path(__file__).parent / "results"
+MU, SIGMA, W = 0.5, 1.5, 2.0
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+
+
+def chain(x, mu, s, w):
+    """The chain, as a user writes it with gpufuncs kernels and NumPy."""
+    return gf.clamp(gf.gaussian(x, mu, s) * w + np.exp(-x), 0, 1)
+
+
+fused_chain = gf.fuse(chain)
+
+
+def _median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int) -> float:
+    for _ in range(3):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _host_calls(x: np.ndarray, target: str) -> dict[str, Callable[[], Any]]:
+    """The fused chain and its anchors on ``x``."""
+    calls = {
+        "fused": lambda: fused_chain(x, MU, SIGMA, W, target=target),
+        "unfused": lambda: gf.clamp(gf.gaussian(x, MU, SIGMA, target=target) * W + np.exp(-x), 0, 1,
+                                    target=target),
+        "numpy": lambda: np.clip(np.exp(-0.5 * ((x - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA * W)
+                                 + np.exp(-x), 0, 1),
+    }
+    try:
+        import numexpr
+    except ImportError:
+        return calls
+    density = f"exp(-0.5 * ((x - {MU}) / {SIGMA}) ** 2) * {_INV_SQRT_2PI / SIGMA * W} + exp(-x)"
+    calls["numexpr"] = lambda: numexpr.evaluate("where(v < 0, 0, where(v > 1, 1, v))", local_dict={
+        "v": numexpr.evaluate(density, local_dict={"x": x})})
+    return calls
+
+
+def cpu_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[str, Any]]:
+    """Fused, unfused, NumPy and numexpr on the host, per size (µs per call)."""
+    rows = []
+    for n in sizes:
+        calls = _host_calls(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32), target)
+        repeat = 5 if quick else (15 if n >= 10**7 else 60)
+        row: dict[str, Any] = {"n": n, "target": target}
+        for label, fn in calls.items():
+            row[f"{label} us"] = round(1e6 * _median_time(fn, lambda: None, repeat), 2)
+        for label in calls:
+            if label != "fused":
+                pair = measure_pair(calls["fused"], calls[label], inner=None, repeat=repeat)
+                row[f"fused/{label}"] = round(pair[0] / pair[1], 3)
+        rows.append(row)
+    return rows
+
+
+def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
+    """Fused, unfused, ``cupy.fuse`` and ``torch.compile`` on the GPU: call + synchronize and
+    pipelined, as ratios of interleaved repetitions (µs per call besides)."""
+    import cupy as cp
+
+    from .bench_gpu import PIPELINE
+
+    @cp.fuse()
+    def cupy_chain(x, mu, s, w):
+        v = cp.exp(-0.5 * ((x - mu) / s) ** 2) * (_INV_SQRT_2PI / s) * w + cp.exp(-x)
+        return cp.minimum(cp.maximum(v, 0), 1)
+
+    anchors: dict[str, Callable[[Any], Callable[[], Any]]] = {
+        "unfused": lambda x: lambda: gf.clamp(gf.gaussian(x, MU, SIGMA) * W + cp.exp(-x), 0, 1),
+        "cupy.fuse": lambda x: lambda: cupy_chain(x, cp.float32(MU), cp.float32(SIGMA), cp.float32(W)),
+    }
+    try:
+        import torch
+
+        def torch_chain(t):
+            v = torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA * W) + torch.exp(-t)
+            return torch.clamp(v, 0, 1)
+
+        compiled = torch.compile(torch_chain)
+
+        def on_tensor(x: Any) -> Callable[[], Any]:
+            t = torch.as_tensor(x, device="cuda")
+            return lambda: compiled(t)
+
+        anchors["torch.compile"] = on_tensor
+    except ImportError:
+        pass
+    sync = cp.cuda.get_current_stream().synchronize
+    repeat, batch_repeat = (30, 5) if quick else (200, 15)
+    rows = []
+    for n in sizes:
+        x = cp.asarray(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32))
+        fused = functools.partial(fused_chain, x, MU, SIGMA, W)
+        row: dict[str, Any] = {"n": n, "fused sync us": round(1e6 * _median_time(fused, sync, repeat), 2)}
+        for label, make in anchors.items():
+            anchor = make(x)
+            for _ in range(3):
+                anchor()
+            each = measure_pair(fused, anchor, sync=sync, repeat=repeat)
+            piped = measure_pair(fused, anchor, sync=sync, warmup=10, repeat=batch_repeat, inner=PIPELINE)
+            row[f"{label} sync us"] = round(1e6 * each[1], 2)
+            row[f"fused/{label} sync"] = round(each[0] / each[1], 3)
+            row[f"fused/{label} pipe"] = round(piped[0] / piped[1], 3)
+        rows.append(row)
+        cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def _save(name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}_fuse.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    lines = [f"{k}: {v}" for k, v in meta.items()] + [""]
+    lines += ["  ".join(f"{k}={v}" for k, v in row.items()) for row in rows]
+    (RESULTS / f"{name}_fuse.txt").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true", help="CuPy arrays on the GPU")
+    parser.add_argument("--target", default="cpu", help="host target (cpu, parallel, auto)")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--name", default=None, help="results file prefix")
+    parser.add_argument("--sizes", default=None, help="comma-separated sizes")
+    opts = parser.parse_args(argv)
+    default = (10**5, 10**7, 10**8) if opts.gpu else (10**5, 10**7)
+    sizes = tuple(int(float(s)) for s in opts.sizes.split(",")) if opts.sizes else default
+    rows = gpu_rows(sizes, opts.quick) if opts.gpu else cpu_rows(sizes, opts.target, opts.quick)
+    meta = machine_info({"suite": "fuse", "target": "cuda" if opts.gpu else opts.target,
+                         "chain": "clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1), float32"})
+    for row in rows:
+        print(row, flush=True)
+    _save(opts.name or ("gpu" if opts.gpu else f"cpu-{opts.target}"), rows, meta)
+
+
+if __name__ == "__main__":
+    main()
