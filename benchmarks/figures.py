@@ -45,6 +45,13 @@ RATIO_TABLES = (
     ("fpflags-16core", "floating-point check (np.errstate), 16-core host of the GPU machine", "ratio",
      UNCHECKED, NORMAL),
     ("fpflags-h100", "floating-point check (np.errstate), H100", "sync_ratio", UNCHECKED, NORMAL),
+    ("cpu_fuse", "Fusion (gf.fuse) of clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1), 2-core CI machine "
+     "(target cpu)", "fused/unfused", "the same calls unfused"),
+    ("cpu-16core-parallel_fuse", "Fusion (gf.fuse) of the same chain, 16-core host of the GPU machine "
+     "(target parallel)", "fused/unfused", "the same calls unfused"),
+    ("gpu-h100_fuse", "Fusion (gf.fuse) of the same chain, H100 (CuPy arrays; every ratio in one run: "
+     "fused over the unfused calls, cupy.fuse, torch.compile)", "fused/torch.compile pipe",
+     "torch.compile, pipelined"),
 )
 
 INTRO = """\
