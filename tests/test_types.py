@@ -112,6 +112,26 @@ def test_integer_arithmetic_wraps_as_numpy_does(target):
     assert np.array_equal(types_add(small, small, target=target), small + small)
 
 
+@gf.ufunc(signatures=["int64(int64, int64)"], reference=None, replace=True)
+def types_absdiff(a, b):
+    return abs(a - b)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_expression_whose_intermediate_wraps_is_numpys(target):
+    """Numba marks signed arithmetic ``nsw`` (overflow undefined), and LLVM compiled
+    ``abs(a - b)`` as if ``a - b`` could not wrap: ``-(2**63 - 1)`` for ``1`` and ``-2**63``.
+    gpufuncs compiles kernels with wrapping arithmetic (``targets.base.integers_wrap``)."""
+    a = np.array([1, 5, -3, np.iinfo(np.int64).max] * 5)
+    b = np.array([np.iinfo(np.int64).min, 2, 2**62, -1] * 5)
+    for n in (1, 3, 20):  # the vector loop and its scalar remainder
+        with np.errstate(over="ignore"):
+            want = np.abs(a[:n] - b[:n])
+        assert want[0] == np.iinfo(np.int64).max
+        np.testing.assert_array_equal(types_absdiff(a[:n], b[:n], target=target), want)
+    assert types_absdiff(1, np.iinfo(np.int64).min, target=target) == np.iinfo(np.int64).max
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_integer_division_by_zero_gives_zero(target):
     a, b = np.array([7, -7, 5, 0]), np.array([2, 2, 0, 0])

@@ -298,13 +298,60 @@ def hold_the_compiler_across_fork() -> None:
 @contextlib.contextmanager
 def compiling() -> Iterator[None]:
     """What every compilation runs under: forks wait for it (:func:`hold_the_compiler_across_fork`),
-    a Ctrl-C is held until it is done (:func:`interrupts_deferred`), and NumPy's error state is
-    the default's quiet one: the caller's ``np.errstate(over="raise")`` is about their values, and
-    would otherwise turn NumPy arithmetic in typing code (limits, constants) into a failed
-    compilation."""
+    a Ctrl-C is held until it is done (:func:`interrupts_deferred`), signed integers wrap
+    (:func:`integers_wrap`), and NumPy's error state is the default's quiet one: the caller's
+    ``np.errstate(over="raise")`` is about their values, and would otherwise turn NumPy
+    arithmetic in typing code (limits, constants) into a failed compilation."""
     hold_the_compiler_across_fork()
-    with interrupts_deferred(), np.errstate(all="ignore"):
+    with interrupts_deferred(), integers_wrap(), np.errstate(all="ignore"):
         yield
+
+
+#: What compiled kernels depend on in how :func:`compiling` compiles them: part of the disk
+#: caches' keys (code cached before signed integers wrapped is not loaded).
+COMPILED_AS = "signed integers wrap"
+
+#: Numba's modules that mark signed integer ``+ - *`` ``nsw`` (numba-cuda has two copies).
+_NSW_MODULES = ("numba.cpython.numbers", "numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")
+_wrapping_lock = threading.Lock()
+_wrapping: list[Any] = []  # [count of compilations inside, the flags functions replaced]
+
+
+def _no_flags(rettype: Any) -> list[str]:
+    return []
+
+
+@contextlib.contextmanager
+def integers_wrap() -> Iterator[None]:
+    """Signed integer arithmetic compiled as NumPy computes it: wrapping on overflow.
+
+    Numba marks signed ``+``, ``-`` and ``*`` ``nsw`` (overflow is undefined: it lets LLVM drop
+    the negative-index check of ``a[i + 1]``), and LLVM then may compute an expression that
+    overflows as if it had not: ``abs(a - b)`` of int64 ``1`` and ``-2**63`` came out negative,
+    where NumPy's difference wraps and its absolute value is ``2**63 - 1``. While a kernel
+    compiles, the function that gives those flags gives none, in every Numba module that has
+    it. Compilations of other code in other threads meanwhile get wrapping arithmetic too (only
+    a missed optimization). Overlapping compilations share one replacement: the first puts it
+    in, the last takes it out.
+    """
+    with _wrapping_lock:
+        if not _wrapping:
+            import sys
+
+            modules = [sys.modules[name] for name in _NSW_MODULES if name in sys.modules]
+            _wrapping[:] = [0, [(m, m._int_arith_flags) for m in modules]]
+            for module, _ in _wrapping[1]:
+                module._int_arith_flags = _no_flags
+        _wrapping[0] += 1
+    try:
+        yield
+    finally:
+        with _wrapping_lock:
+            _wrapping[0] -= 1
+            if not _wrapping[0]:
+                for module, flags in _wrapping[1]:
+                    module._int_arith_flags = flags
+                _wrapping.clear()
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from numba.np.numpy_support import from_dtype
 from ...errors import KernelCompileError
 from ...spec import KernelSpec, Loop
 from ..base import (
+    COMPILED_AS,
     HOST,
     NUMPY_SCALAR,
     SCALAR,
@@ -118,7 +119,7 @@ def _library_digest() -> str:
     from .. import compose, numpy_complex
 
     sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar, compose, numpy_complex))
-    return hashlib.sha256(sources).hexdigest()[:16]
+    return hashlib.sha256(sources + COMPILED_AS.encode()).hexdigest()[:16]
 
 
 def _kernel_key(spec: KernelSpec) -> str | None:

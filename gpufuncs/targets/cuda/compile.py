@@ -20,7 +20,7 @@ from numba.np.numpy_support import from_dtype
 from ...errors import CudaCompileError
 from ...spec import KernelSpec, Loop
 from .. import numpy_complex
-from ..base import compiling
+from ..base import COMPILED_AS, compiling
 from ..compose import compiled_body
 from ..cpu.cache import dependency_digest
 from .compat import SIMULATED, keyed_cache, loaded_kernel
@@ -117,7 +117,7 @@ class CudaKernels:
             # function is compiled with, and on the elements per thread.
             depends = dependency_digest(spec.pyfunc)
             key = None if SIMULATED or spec.source_key is None or depends is None else \
-                f"{spec.source_key}:{depends}:{numpy_complex.digest()}/{per_thread}"
+                f"{spec.source_key}:{depends}:{numpy_complex.digest()}:{COMPILED_AS}/{per_thread}"
             found = cuda.jit(body) if key is None else cuda.jit(cache=True)(body)
             if key is not None:
                 keyed_cache(found, body, key)
