@@ -6,7 +6,8 @@ type resolution chose, its value then cast to the loop's output dtype. :func:`te
 the statement's expression, a format string over the operands (``"{0} + {1}"``):
 
 * an operator, where Numba's on operands of one dtype computes NumPy's value once cast back
-  (Numba widens small integers, whose results then wrap as NumPy's);
+  (Numba widens small integers, whose results then wrap as NumPy's, as int64's do: kernels
+  compile with wrapping integers, see :func:`gpufuncs.targets.base.integers_wrap`);
 * ``math.f`` / ``cmath.f``, which each target compiles as it does in a kernel's body (vector
   math on ``cpu``, NumPy's complex functions: see :mod:`gpufuncs.targets.numpy_complex`);
 * one of the ``@numba.njit`` functions below (:data:`HELPERS`), where NumPy's C loop gives
@@ -83,16 +84,6 @@ _INFIX = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}
           np.maximum: "maximum({0}, {1})", np.minimum: "minimum({0}, {1})",
           np.fmax: "fmax({0}, {1})", np.fmin: "fmin({0}, {1})", np.sign: "sign({0})"}
 
-#: int64 arithmetic that may overflow, computed in uint64: Numba marks its signed arithmetic
-#: ``nsw`` (overflow is undefined, which LLVM may assume away: ``abs(a - b)`` then gives a
-#: negative number where the difference wraps), while NumPy's wraps. Narrower signed types
-#: compute in int64 without overflowing, one operation per statement, and wrap when cast back.
-_WRAPPING = {np.add: "t_int64(t_uint64({0}) + t_uint64({1}))",
-             np.subtract: "t_int64(t_uint64({0}) - t_uint64({1}))",
-             np.multiply: "t_int64(t_uint64({0}) * t_uint64({1}))",
-             np.square: "t_int64(t_uint64({0}) * t_uint64({0}))",
-             np.negative: "t_int64(-t_uint64({0}))"}
-
 #: ``math`` functions of real loops (``cmath`` too where NumPy's complex loop is the same one).
 _MATH = {np.exp: "exp", np.expm1: "expm1", np.log: "log", np.log2: "log2", np.log10: "log10",
          np.log1p: "log1p", np.sqrt: "sqrt", np.sin: "sin", np.cos: "cos", np.tan: "tan",
@@ -117,8 +108,6 @@ def template(ufunc: np.ufunc, inputs: tuple[np.dtype, ...], power_of: object = N
     kind = inputs[0].kind
     if ufunc in _IDENTITY_ON_INTEGERS and kind in "biu":
         return "{0}"
-    if kind == "i" and inputs[0].itemsize == 8 and ufunc in _WRAPPING:
-        return _WRAPPING[ufunc]
     if ufunc is np.power:
         return _power(kind, power_of)
     if ufunc in (np.floor_divide, np.remainder):
@@ -161,8 +150,8 @@ def _power(kind: str, exponent: object) -> str:
     if kind in "fc":
         return "{0} ** {1}"
     if kind in "biu" and isinstance(exponent, (int, np.integer)) and 0 <= exponent <= _MAX_PRODUCT:
-        # A product of constant length, in uint64 (no undefined overflow: see _WRAPPING): it
-        # wraps as NumPy's integer power, modulo 2**bits once cast back.
-        return " * ".join(["t_uint64({0})"] * int(exponent)) if exponent else "1"
+        # A product of constant length: it wraps as NumPy's integer power, modulo 2**bits once
+        # cast back (kernels compile with wrapping integers: see targets.base.integers_wrap).
+        return " * ".join(["{0}"] * int(exponent)) if exponent else "1"
     raise Unfusable(f"integer ** is fused for constant exponents from 0 to {_MAX_PRODUCT} only "
                     "(NumPy raises for negative exponents, which a fused loop cannot)")
