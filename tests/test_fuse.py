@@ -142,17 +142,20 @@ _SCALARS = [2, 2.5, 1.5j, True, np.float64(2.5), np.int8(3), np.float32(0.5)]
 
 
 @pytest.mark.parametrize("dtype", _ARRAY_DTYPES)
-@pytest.mark.parametrize("scalar", _SCALARS, ids=lambda s: f"{type(s).__name__}({s})")
-def test_python_and_numpy_scalars_promote_as_in_numpy(dtype, scalar):
+def test_python_and_numpy_scalars_promote_as_in_numpy(dtype):
+    """Every pair's result dtype, traced (NumPy's errors where NumPy raises); the values of the
+    pairs of three array dtypes, computed."""
     x = np.array([0, 1, 3, 7], dtype=dtype)
-    try:
-        expected = _eager(scaled, (x, scalar))
-    except (TypeError, OverflowError) as exc:
-        with pytest.raises(type(exc)):
-            scaled(x, scalar)
-        return
-    _assert_like_numpy(scaled, (x, scalar), "cpu")
-    assert scaled(x, scalar).dtype == expected[0].dtype
+    for scalar in _SCALARS:
+        try:
+            expected = _eager(scaled, (x, scalar))
+        except (TypeError, OverflowError) as exc:
+            with pytest.raises(type(exc)):
+                scaled(x, scalar)
+            continue
+        assert scaled.result_dtypes(x, scalar) == (expected[0].dtype,), scalar
+        if dtype in ("uint8", "float32", "complex64"):
+            _assert_like_numpy(scaled, (x, scalar), "cpu")
 
 
 def test_a_constant_in_the_body_is_weak_as_in_numpy():

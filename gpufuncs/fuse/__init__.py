@@ -128,6 +128,17 @@ class Fused:
                           doc=inspect.getdoc(self.func) or "", arg_names=tuple(names[i] for i in arguments))
         return _Part(Kernel(spec), arguments, positions)
 
+    def result_dtypes(self, *args: Any) -> tuple[np.dtype, ...]:
+        """The dtypes of the results of a call with arguments like ``args``: NumPy's, as the
+        eager call would give them (traced; compiled at the first call)."""
+        key = tuple(_dtype_of(a) for a in args)
+        found = self._compiled.get(key) or self._compile(key)
+        dtypes: list[Any] = [None] * found.nout
+        for part in found.parts:
+            for k, dtype in zip(part.positions, part.kernel.spec.loops[0].outputs):
+                dtypes[k] = dtype
+        return tuple(dtypes)
+
     def source(self, *args: Any) -> str:
         """The scalar function(s) that calls with arguments like ``args`` run (compiled first)."""
         key = tuple(_dtype_of(a) for a in args)
