@@ -23,6 +23,9 @@ import gpufuncs as gf
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
 TARGETS = ["cpu", pytest.param("parallel", marks=pytest.mark.slow), CUDA]
+#: The value tests' targets: a fused body is one scalar function, the same on ``cpu`` and
+#: ``parallel`` (whose chunking the kernel suites test); the chain and ``out=`` tests run there.
+VALUE_TARGETS = ["cpu", CUDA]
 
 
 @gf.fuse
@@ -98,7 +101,7 @@ def _shapes(target):
     return _SHAPES if target != "cuda" else st.just(hnp.BroadcastableShapes(((6,), (6,)), (6,)))
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", VALUE_TARGETS)
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "uint64", "int64"])
 @given(data=st.data())
 def test_integer_arithmetic_wraps_and_divides_as_numpy(target, dtype, data):
@@ -107,7 +110,7 @@ def test_integer_arithmetic_wraps_and_divides_as_numpy(target, dtype, data):
     _assert_like_numpy(integer_ops, (a, b), target)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", VALUE_TARGETS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @given(data=st.data())
 def test_float_functions_with_nan_and_signed_zeros_as_numpy(target, dtype, data):
@@ -123,7 +126,7 @@ def test_the_chain_of_kernels_and_ufuncs_is_numpys_within_ulps(target, x, mu, s,
     _assert_like_numpy(chain, (x, mu, s, w), target, ulps=4)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", VALUE_TARGETS)
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 @given(data=st.data())
 def test_complex_arithmetic_as_numpy(target, dtype, data):

@@ -215,7 +215,8 @@ class CpuKernel:
                         scalar, _scalar_argtypes(self.spec, loop)))
                     casts = tuple(d.type for d in loop.inputs)
                     if self.spec.layout is None:
-                        found = loops.ufunc_loops(scalar, casts, key, wide)
+                        raising = self.target != "parallel" or self.may_raise(loop)
+                        found = loops.ufunc_loops(scalar, casts, key, wide, raising)
                     else:
                         found = loops.gufunc_loops(scalar, casts, key)
                     self._loops[loop.signature, wide] = found

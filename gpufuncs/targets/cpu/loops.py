@@ -233,7 +233,7 @@ def _jit(func: Callable[..., Any], key: str | None, **extra: Any) -> Any:
 
 
 def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None,
-                wide: bool = True) -> tuple[Any, Any, Any]:
+                wide: bool = True, raising: bool = True) -> tuple[Any, Any, Any]:
     """``(loop, masked, parallel)`` dispatchers of an elementwise kernel whose inputs are cast
     to ``cast`` (a type per input),
     vectorized with 512-bit vectors where the CPU has them (``wide``; see :data:`WIDE_MIN`).
@@ -248,7 +248,9 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     ``parallel``, every chunk's, read on its thread). ``parallel`` raises the kernel's exception
     from the first element that raised (see the module docstring); if running that element
     again raised nothing (a kernel whose result is not a function of its arguments), it
-    returns 1 + its index as well, above the status (see :func:`combined`).
+    returns 1 + its index as well, above the status (see :func:`combined`). Where the scalar
+    function cannot raise (``raising`` false: see :func:`may_raise`), its chunks run the serial
+    loop itself: one loop less to compile for each new call signature.
     """
     vectors = wide_vectors if wide else default_vectors
     key = key if key is None or wide else f"{key}:narrow"
@@ -273,6 +275,19 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
             if where[i]:
                 out[i] = scalar(*elements(args, i, cast))
         return read_status()
+
+    def parallel_plain(out, *args):
+        out, args = out.reshape(out.size), flat(args)
+        n = out.size
+        pieces = chunks(n, 1)
+        status = np.zeros(pieces, np.int64)
+        for c in prange(pieces):
+            lo, hi = c * n // pieces, (c + 1) * n // pieces
+            status[c] = serial(out[lo:hi], *sliced(args, lo, hi))
+        return combined(status, -1)
+
+    if not raising:
+        return _jit(loop, key), _jit(masked, key), _jit(parallel_plain, key, parallel=True)
 
     def guarded_body(out, *args):
         vectors()
