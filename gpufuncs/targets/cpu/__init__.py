@@ -214,11 +214,12 @@ class CpuKernel:
                     _compile(self.spec, self.target, lambda: loops.inline_into_loops(
                         scalar, _scalar_argtypes(self.spec, loop)))
                     casts = tuple(d.type for d in loop.inputs)
+                    # (a kernel that cannot raise runs its serial loop in parallel chunks)
+                    raising = self.target != "parallel" or self.may_raise(loop)
                     if self.spec.layout is None:
-                        raising = self.target != "parallel" or self.may_raise(loop)
                         found = loops.ufunc_loops(scalar, casts, key, wide, raising)
                     else:
-                        found = loops.gufunc_loops(scalar, casts, key)
+                        found = loops.gufunc_loops(scalar, casts, key, raising)
                     self._loops[loop.signature, wide] = found
         return found
 

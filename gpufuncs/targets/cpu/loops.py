@@ -321,7 +321,8 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
 
 
-def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None) -> tuple[Any, Any, Any]:
+def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None,
+                 raising: bool = True) -> tuple[Any, Any, Any]:
     """``(loop, masked, parallel)`` dispatchers of a generalized kernel whose inputs are cast to
     ``cast`` (a type per input).
 
@@ -329,7 +330,7 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
     outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it);
     ``masked(outs, where, *args)`` only for the rows where ``where[i]``; ``parallel`` runs the
     loop over contiguous chunks of rows, a few per thread, and raises or returns as
-    :func:`ufunc_loops`' does.
+    :func:`ufunc_loops`' does (running the serial loop itself where nothing can raise).
     """
 
     def body(outs, *args):
@@ -357,6 +358,18 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
         return -1, read_status()
 
     serial, guarded = _jit(body, key), _jit(guarded_body, key)
+
+    def parallel_plain(outs, *args):
+        n = outs[0].shape[0]
+        pieces = chunks(n, outs[0].size // max(1, n))
+        status = np.zeros(pieces, np.int64)
+        for c in prange(pieces):
+            lo, hi = c * n // pieces, (c + 1) * n // pieces
+            status[c] = serial(sliced(outs, lo, hi), *sliced(args, lo, hi))
+        return combined(status, -1)
+
+    if not raising:
+        return serial, _jit(masked, key), _jit(parallel_plain, key, parallel=True)
 
     def parallel(outs, *args):
         n = outs[0].shape[0]
