@@ -313,3 +313,11 @@ def test_arguments_bind_as_the_functions():
 def test_the_fused_body_is_one_function():
     source = chain.source(np.ones(3, np.float32), 0.0, 1.0, 2.0)
     assert source.count("def ") == 1 and "math.exp" in source
+
+
+def test_dask_arrays_stay_lazy_and_agree():
+    da = pytest.importorskip("dask.array")
+    x = np.linspace(-3, 3, 1000, dtype=np.float32)
+    lazy = chain(da.from_array(x, chunks=250), 0.5, 1.5, 2.0)
+    assert isinstance(lazy, da.Array) and lazy.dtype == np.float32
+    np.testing.assert_array_equal(lazy.compute(), chain(x, 0.5, 1.5, 2.0))
