@@ -321,3 +321,12 @@ def test_dask_arrays_stay_lazy_and_agree():
     lazy = chain(da.from_array(x, chunks=250), 0.5, 1.5, 2.0)
     assert isinstance(lazy, da.Array) and lazy.dtype == np.float32
     np.testing.assert_array_equal(lazy.compute(), chain(x, 0.5, 1.5, 2.0))
+
+
+def test_byte_swapped_arrays_compute_in_the_native_loop_as_in_numpy():
+    x, y = np.arange(5, dtype=">f8"), np.arange(5, dtype=np.float32)
+    assert scaled.result_dtypes(x, y) == (np.dtype(np.float64),)
+    np.testing.assert_array_equal(scaled(x, y), x * y + x)
+    out = np.zeros(5, ">f8")
+    scaled(x, y, out=out)
+    np.testing.assert_array_equal(out, x * y + x)

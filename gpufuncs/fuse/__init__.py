@@ -157,10 +157,12 @@ def _dtype_of(value: Any) -> np.dtype | type:
     if cls in WEAK:
         return cls
     dtype = getattr(value, "dtype", None)
-    if isinstance(dtype, np.dtype):
-        return dtype
-    arg = describe(value)
-    return arg.dtype if arg is not None else np.asarray(value).dtype
+    if not isinstance(dtype, np.dtype):
+        arg = describe(value)
+        dtype = arg.dtype if arg is not None else np.asarray(value).dtype
+    # Byte order is storage: NumPy computes a byte-swapped array in the native loop, as the
+    # fused kernel's call casts it.
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
 def _check_int(value: Any, dtype: np.dtype) -> None:
