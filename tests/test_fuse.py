@@ -41,7 +41,8 @@ def integer_ops(a, b):
 @gf.fuse
 def float_ops(a, b):
     return (a * 2.5 + b / a, a // b, a % b, np.where(a > b, a, -b), np.maximum(a, b),
-            np.fmin(a, b), np.clip(a, -1, 1), np.sign(b), a ** 2, (a >= b) | np.isnan(a))
+            np.fmin(a, b), np.clip(a, -1, 1), np.sign(b), a ** 2, (a >= b) | np.isnan(a),
+            np.floor(a * 3.5), np.ceil(b), np.trunc(a - b))
 
 
 @gf.fuse

@@ -70,8 +70,30 @@ def sign(x):
     return x if x != x else 0  # NaN stays NaN; both zeros give 0
 
 
+#: Below this magnitude a float64 may have a fraction; at and above it every one is an integer.
+_INTEGRAL = 2.0**52
+
+
+# ``math.floor``, ``ceil`` and ``trunc`` give Numba integers: NaN, infinities and large values
+# would not survive the conversion, nor the sign of a zero result (``np.ceil(-0.5)`` is -0.0).
+@numba.njit
+def floor(x):
+    return math.copysign(math.floor(x), x) if abs(x) < _INTEGRAL else x  # (NaN: False)
+
+
+@numba.njit
+def ceil(x):
+    return math.copysign(math.ceil(x), x) if abs(x) < _INTEGRAL else x
+
+
+@numba.njit
+def trunc(x):
+    return math.copysign(math.floor(abs(x)), x) if abs(x) < _INTEGRAL else x
+
+
 #: The helpers by name: the fused body's scope holds them.
-HELPERS = {f.py_func.__name__: f for f in (maximum, minimum, fmax, fmin, floor_divide, remainder, sign)}
+HELPERS = {f.py_func.__name__: f for f in (maximum, minimum, fmax, fmin, floor_divide, remainder, sign,
+                                           floor, ceil, trunc)}
 
 _INFIX = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
           np.true_divide: "{0} / {1}", np.less: "{0} < {1}", np.less_equal: "{0} <= {1}",
@@ -82,16 +104,16 @@ _INFIX = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}
           np.logical_and: "({0} != 0) & ({1} != 0)", np.logical_or: "({0} != 0) | ({1} != 0)",
           np.logical_xor: "({0} != 0) != ({1} != 0)", np.logical_not: "{0} == 0",
           np.maximum: "maximum({0}, {1})", np.minimum: "minimum({0}, {1})",
-          np.fmax: "fmax({0}, {1})", np.fmin: "fmin({0}, {1})", np.sign: "sign({0})"}
+          np.fmax: "fmax({0}, {1})", np.fmin: "fmin({0}, {1})", np.sign: "sign({0})",
+          np.floor: "floor({0})", np.ceil: "ceil({0})", np.trunc: "trunc({0})"}
 
 #: ``math`` functions of real loops (``cmath`` too where NumPy's complex loop is the same one).
 _MATH = {np.exp: "exp", np.expm1: "expm1", np.log: "log", np.log2: "log2", np.log10: "log10",
          np.log1p: "log1p", np.sqrt: "sqrt", np.sin: "sin", np.cos: "cos", np.tan: "tan",
          np.arcsin: "asin", np.arccos: "acos", np.arctan: "atan", np.sinh: "sinh",
          np.cosh: "cosh", np.tanh: "tanh", np.arcsinh: "asinh", np.arccosh: "acosh",
-         np.arctanh: "atanh", np.floor: "floor", np.ceil: "ceil", np.trunc: "trunc",
-         np.isnan: "isnan", np.isinf: "isinf", np.isfinite: "isfinite", np.arctan2: "atan2",
-         np.hypot: "hypot", np.copysign: "copysign", np.exp2: "exp2"}
+         np.arctanh: "atanh", np.isnan: "isnan", np.isinf: "isinf", np.isfinite: "isfinite",
+         np.arctan2: "atan2", np.hypot: "hypot", np.copysign: "copysign", np.exp2: "exp2"}
 _CMATH = {np.exp: "exp", np.log: "log", np.sqrt: "sqrt", np.isnan: "isnan", np.isinf: "isinf",
           np.isfinite: "isfinite"}
 #: Real loops whose values are exactly integers: their integer loops give the input back.

@@ -197,4 +197,5 @@ def storing_results(func: Any, nin: int, nout: int, qualname: str) -> types.Func
     exec(compile("\n".join(lines), f"<gpufuncs results of {qualname}>", "exec"), scope)
     store = scope["store"]
     store.__qualname__ = f"{qualname}.results"
+    store.body = func  # what it calls (see CpuKernel.may_raise)
     return store

@@ -229,8 +229,14 @@ class CpuKernel:
         found = self._raising.get(loop.signature)
         if found is None:
             argtypes, _ = sigutils.normalize_signature(loop.signature)
+            scalar = self.scalar()
+            if self.spec.tuple_results:
+                # Asked of the body the storing function calls, on the inputs: the stores into
+                # one-element rows cannot raise, and a body too large to be inlined there would
+                # leave its status a call's result, which reads as "may raise".
+                scalar, argtypes = scalar.py_func.body, argtypes[: self.spec.nin]
             found = self._raising[loop.signature] = _compile(
-                self.spec, self.target, lambda: loops.may_raise(self.scalar(), tuple(argtypes)))
+                self.spec, self.target, lambda: loops.may_raise(scalar, tuple(argtypes)))
         return found
 
     def compile_loop(self, dispatcher: Any, argtypes: tuple[Any, ...]) -> Callable[..., None]:
