@@ -22,8 +22,6 @@ import argparse
 import functools
 import json
 import math
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ import numpy as np
 
 import gpufuncs as gf
 
-from .harness import machine_info, measure_pair
+from .harness import machine_info, measure, measure_pair
 
 RESULTS = Path(__file__).parent / "results"
 MU, SIGMA, W = 0.5, 1.5, 2.0
@@ -45,19 +43,6 @@ def chain(x, mu, s, w):
 
 
 fused_chain = gf.fuse(chain)
-
-
-def _median_time(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int) -> float:
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _host_calls(x: np.ndarray, target: str) -> dict[str, Callable[[], Any]]:
@@ -87,7 +72,7 @@ def cpu_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[str,
         repeat = 5 if quick else (15 if n >= 10**7 else 60)
         row: dict[str, Any] = {"n": n, "target": target}
         for label, fn in calls.items():
-            row[f"{label} us"] = round(1e6 * _median_time(fn, lambda: None, repeat), 2)
+            row[f"{label} us"] = round(1e6 * measure(fn, repeat=repeat, inner=1), 2)
         for label in calls:
             if label != "fused":
                 pair = measure_pair(calls["fused"], calls[label], inner=None, repeat=repeat)
@@ -134,7 +119,8 @@ def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
     for n in sizes:
         x = cp.asarray(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32))
         fused = functools.partial(fused_chain, x, MU, SIGMA, W)
-        row: dict[str, Any] = {"n": n, "fused sync us": round(1e6 * _median_time(fused, sync, repeat), 2)}
+        alone = measure(fused, sync=sync, repeat=repeat, inner=1)
+        row: dict[str, Any] = {"n": n, "fused sync us": round(1e6 * alone, 2)}
         for label, make in anchors.items():
             anchor = make(x)
             for _ in range(3):

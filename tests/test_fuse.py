@@ -103,21 +103,15 @@ def _shapes(target):
 
 
 @pytest.mark.parametrize("target", VALUE_TARGETS)
-@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "uint64", "int64"])
+@pytest.mark.parametrize(("fused", "dtype"), [
+    *[(integer_ops, d) for d in ("int8", "uint8", "int32", "uint64", "int64")],  # wrapping, // and % by 0
+    *[(float_ops, d) for d in ("float32", "float64")],  # NaN, infinities, signed zeros
+], ids=lambda v: getattr(v, "__name__", v))
 @given(data=st.data())
-def test_integer_arithmetic_wraps_and_divides_as_numpy(target, dtype, data):
+def test_integer_and_float_functions_as_numpy_bit_for_bit(target, fused, dtype, data):
     shapes = data.draw(_shapes(target))
     a, b = (data.draw(_values(np.dtype(dtype), s)) for s in shapes.input_shapes)
-    _assert_like_numpy(integer_ops, (a, b), target)
-
-
-@pytest.mark.parametrize("target", VALUE_TARGETS)
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@given(data=st.data())
-def test_float_functions_with_nan_and_signed_zeros_as_numpy(target, dtype, data):
-    shapes = data.draw(_shapes(target))
-    a, b = (data.draw(_values(np.dtype(dtype), s)) for s in shapes.input_shapes)
-    _assert_like_numpy(float_ops, (a, b), target)
+    _assert_like_numpy(fused, (a, b), target)
 
 
 @pytest.mark.parametrize("target", TARGETS)

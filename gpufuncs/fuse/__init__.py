@@ -82,8 +82,7 @@ class Fused:
         options = {k: kwargs.pop(k) for k in _CALL_KEYWORDS & kwargs.keys()}
         if kwargs or len(args) != self._nargs:
             args = tuple(self._signature.bind(*args, **kwargs).arguments.values())  # TypeError as Python's
-        key = tuple(_dtype_of(a) for a in args)
-        found = self._compiled.get(key) or self._compile(key)
+        found = self._compiled_for(args)
         for index, dtype in found.int_checks:
             _check_int(args[index], dtype)
         if len(found.parts) == 1 and len(found.parts[0].arguments) == len(args):
@@ -103,6 +102,11 @@ class Fused:
             for k, value in zip(part.positions, computed):
                 results[k] = value
         return results[0] if found.nout == 1 else tuple(results)
+
+    def _compiled_for(self, args: tuple[Any, ...]) -> _Compiled:
+        """What calls with arguments of ``args``' dtypes run (traced on the first such call)."""
+        key = tuple(_dtype_of(a) for a in args)
+        return self._compiled.get(key) or self._compile(key)
 
     def _compile(self, key: tuple[Any, ...]) -> _Compiled:
         with self._lock:
@@ -131,8 +135,7 @@ class Fused:
     def result_dtypes(self, *args: Any) -> tuple[np.dtype, ...]:
         """The dtypes of the results of a call with arguments like ``args``: NumPy's, as the
         eager call would give them (traced; compiled at the first call)."""
-        key = tuple(_dtype_of(a) for a in args)
-        found = self._compiled.get(key) or self._compile(key)
+        found = self._compiled_for(args)
         dtypes: list[Any] = [None] * found.nout
         for part in found.parts:
             for k, dtype in zip(part.positions, part.kernel.spec.loops[0].outputs):
@@ -141,8 +144,7 @@ class Fused:
 
     def source(self, *args: Any) -> str:
         """The scalar function(s) that calls with arguments like ``args`` run (compiled first)."""
-        key = tuple(_dtype_of(a) for a in args)
-        found = self._compiled.get(key) or self._compile(key)
+        found = self._compiled_for(args)
         return "\n\n".join(part.kernel.spec.pyfunc.source for part in found.parts)
 
     def __repr__(self) -> str:

@@ -95,7 +95,7 @@ def trunc(x):
 HELPERS = {f.py_func.__name__: f for f in (maximum, minimum, fmax, fmin, floor_divide, remainder, sign,
                                            floor, ceil, trunc)}
 
-_INFIX = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
+_EXPRESSIONS = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
           np.true_divide: "{0} / {1}", np.less: "{0} < {1}", np.less_equal: "{0} <= {1}",
           np.greater: "{0} > {1}", np.greater_equal: "{0} >= {1}", np.equal: "{0} == {1}",
           np.not_equal: "{0} != {1}", np.negative: "-{0}", np.positive: "+{0}",
@@ -149,8 +149,8 @@ def template(ufunc: np.ufunc, inputs: tuple[np.dtype, ...], power_of: object = N
     if ufunc in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal):
         if inputs[0] != inputs[1]:  # NumPy's exact int64/uint64 comparisons
             raise Unfusable(f"np.{ufunc.__name__} of {inputs[0]} with {inputs[1]} is not fused")
-    if ufunc in _INFIX:
-        return _INFIX[ufunc]
+    if ufunc in _EXPRESSIONS:
+        return _EXPRESSIONS[ufunc]
     if ufunc in _MATH and kind == "f":
         name = _MATH[ufunc]
         if name == "exp2":

@@ -226,7 +226,7 @@ class _Tracer:
         if len(inputs) != spec.nin:
             raise Unfusable(f"{spec.name} takes {spec.nin} inputs, got {len(inputs)}")
         if spec.lazy and needs_loop(spec, dtypes, None, "same_kind"):  # the loop a call would add
-            loop = loop_for(spec, [WEAK_DTYPES.get(d, d) if isinstance(d, type) else d for d in dtypes])
+            loop = loop_for(spec, dtypes)
         else:
             loop = resolve_loop(spec, dtypes, None)
         operands = [self._operand(v, to) for v, to in zip(inputs, loop.inputs)]
