@@ -298,60 +298,69 @@ def hold_the_compiler_across_fork() -> None:
 @contextlib.contextmanager
 def compiling() -> Iterator[None]:
     """What every compilation runs under: forks wait for it (:func:`hold_the_compiler_across_fork`),
-    a Ctrl-C is held until it is done (:func:`interrupts_deferred`), signed integers wrap
-    (:func:`integers_wrap`), and NumPy's error state is the default's quiet one: the caller's
-    ``np.errstate(over="raise")`` is about their values, and would otherwise turn NumPy
+    a Ctrl-C is held until it is done (:func:`interrupts_deferred`), arithmetic compiles as
+    NumPy's (:func:`numpys_arithmetic`), and NumPy's error state is the default's quiet one: the
+    caller's ``np.errstate(over="raise")`` is about their values, and would otherwise turn NumPy
     arithmetic in typing code (limits, constants) into a failed compilation."""
     hold_the_compiler_across_fork()
-    with interrupts_deferred(), integers_wrap(), np.errstate(all="ignore"):
+    with interrupts_deferred(), numpys_arithmetic(), np.errstate(all="ignore"):
         yield
 
 
 #: What compiled kernels depend on in how :func:`compiling` compiles them: part of the disk
 #: caches' keys (code cached before signed integers wrapped is not loaded).
-COMPILED_AS = "signed integers wrap"
+COMPILED_AS = "signed integers wrap; float remainder by fmod"
 
-#: Numba's modules that mark signed integer ``+ - *`` ``nsw`` (numba-cuda has two copies).
-_NSW_MODULES = ("numba.cpython.numbers", "numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")
-_wrapping_lock = threading.Lock()
-_wrapping: list[Any] = []  # [count of compilations inside, the flags functions replaced]
+#: ``(module, attribute, replacement)``: the Numba functions :func:`numpys_arithmetic` replaces
+#: while a kernel compiles. Target modules add theirs when they are imported.
+REPLACEMENTS: list[tuple[str, str, Callable[[Any], Any]]] = []
+_replacing_lock = threading.Lock()
+_replaced: list[Any] = []  # [count of compilations inside, the (module, attribute, original)s]
 
 
-def _no_flags(rettype: Any) -> list[str]:
-    return []
+def _no_flags(original: Any) -> Callable[[Any], list[str]]:
+    return lambda rettype: []
+
+
+# Numba marks signed integer ``+ - *`` ``nsw`` in these (numba-cuda has two copies).
+REPLACEMENTS += [(name, "_int_arith_flags", _no_flags) for name in
+                 ("numba.cpython.numbers", "numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")]
 
 
 @contextlib.contextmanager
-def integers_wrap() -> Iterator[None]:
-    """Signed integer arithmetic compiled as NumPy computes it: wrapping on overflow.
+def numpys_arithmetic() -> Iterator[None]:
+    """Numba's code generation where it computes other values than NumPy's loops, replaced
+    while a kernel compiles (:data:`REPLACEMENTS`, each given the function it replaces).
 
-    Numba marks signed ``+``, ``-`` and ``*`` ``nsw`` (overflow is undefined: it lets LLVM drop
-    the negative-index check of ``a[i + 1]``), and LLVM then may compute an expression that
-    overflows as if it had not: ``abs(a - b)`` of int64 ``1`` and ``-2**63`` came out negative,
-    where NumPy's difference wraps and its absolute value is ``2**63 - 1``. While a kernel
-    compiles, the function that gives those flags gives none, in every Numba module that has
-    it. Compilations of other code in other threads meanwhile get wrapping arithmetic too (only
-    a missed optimization). Overlapping compilations share one replacement: the first puts it
-    in, the last takes it out.
+    Signed integer arithmetic wraps on overflow: Numba marks signed ``+``, ``-`` and ``*``
+    ``nsw`` (overflow is undefined: it lets LLVM drop the negative-index check of ``a[i + 1]``),
+    and LLVM then may compute an expression that overflows as if it had not: ``abs(a - b)`` of
+    int64 ``1`` and ``-2**63`` came out negative, where NumPy's difference wraps and its
+    absolute value is ``2**63 - 1``. The CUDA target adds its float remainder (see
+    :func:`gpufuncs.targets.cuda.compat.exact_remainder`). Compilations of other code in other
+    threads meanwhile get the replacements too (they only compute more exactly, or miss an
+    optimization). Overlapping compilations share one replacement: the first puts it in, the
+    last takes it out.
     """
-    with _wrapping_lock:
-        if not _wrapping:
+    with _replacing_lock:
+        if not _replaced:
             import sys
 
-            modules = [sys.modules[name] for name in _NSW_MODULES if name in sys.modules]
-            _wrapping[:] = [0, [(m, m._int_arith_flags) for m in modules]]
-            for module, _ in _wrapping[1]:
-                module._int_arith_flags = _no_flags
-        _wrapping[0] += 1
+            found = [(sys.modules[name], attr, make) for name, attr, make in REPLACEMENTS
+                     if name in sys.modules]
+            _replaced[:] = [0, [(module, attr, getattr(module, attr)) for module, attr, _ in found]]
+            for module, attr, make in found:
+                setattr(module, attr, make(getattr(module, attr)))
+        _replaced[0] += 1
     try:
         yield
     finally:
-        with _wrapping_lock:
-            _wrapping[0] -= 1
-            if not _wrapping[0]:
-                for module, flags in _wrapping[1]:
-                    module._int_arith_flags = flags
-                _wrapping.clear()
+        with _replacing_lock:
+            _replaced[0] -= 1
+            if not _replaced[0]:
+                for module, attr, original in _replaced[1]:
+                    setattr(module, attr, original)
+                _replaced.clear()
 
 
 @contextlib.contextmanager

@@ -7,17 +7,23 @@
   PyTorch 2.11): the loaded ``CUkernel`` of a compiled Numba kernel, Numba's CUDA disk cache
   class, building a ``DeviceNDArray`` around our own memory without its constructor's cost, and
   torch's raw current-stream getter.
+* **Code generation as NumPy computes**: an exact float remainder (:func:`exact_remainder`) in
+  every kernel, and products rounded apart from the sums they feed
+  (:func:`products_rounded_alone`) where a kernel asks for NumPy's values bit for bit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+
+from ..base import REPLACEMENTS
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -182,3 +188,63 @@ def torch_dtypes() -> dict[Any, np.dtype]:
     names = ("float16", "float32", "float64", "complex64", "complex128", "int8", "int16", "int32",
              "int64", "uint8", "uint16", "uint32", "uint64", "bool")
     return {getattr(torch, n): np.dtype(n) for n in names if hasattr(torch, n)}
+
+
+# -- code generation as NumPy computes --------------------------------------------------------------
+class _FremAsFmod:
+    """An ``IRBuilder`` whose ``frem`` calls libdevice's ``fmod`` (exact, as C's)."""
+
+    def __init__(self, builder: Any) -> None:
+        self._builder = builder
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._builder, name)
+
+    def frem(self, x: Any, y: Any, name: str = "") -> Any:
+        from llvmlite import ir
+        from numba.cuda import cgutils
+
+        fname = "__nv_fmodf" if x.type == ir.FloatType() else "__nv_fmod"
+        fnty = ir.FunctionType(x.type, [x.type, x.type])
+        fn = cgutils.get_or_insert_function(self._builder.module, fnty, fname)
+        return self._builder.call(fn, [x, y], name=name)
+
+
+def exact_remainder(original: Callable[..., Any]) -> Callable[..., Any]:
+    """numba-cuda's float ``%``, ``//`` and ``divmod`` (CPython's ``float_divmod``, the algorithm
+    of NumPy's ``npy_divmod``) with its ``fmod`` exact.
+
+    numba-cuda emits LLVM's ``frem`` for it, which the NVPTX backend computes as
+    ``a - trunc(a / b) * b``: ``-1.0 % inf`` was NaN (NumPy: ``inf``), ``0.0 % inf`` NaN, and a
+    quotient past ``2**52`` lost the remainder (``1.0 % 3e-59``: ``1.2e-17``, NumPy ``2.0e-59``).
+    libdevice's ``fmod`` is exact, as glibc's that NumPy calls.
+    """
+
+    def divmod_body(context: Any, builder: Any, vx: Any, wx: Any) -> Any:
+        return original(context, _FremAsFmod(builder), vx, wx)
+
+    return divmod_body
+
+
+REPLACEMENTS += [(name, "real_divmod_func_body", exact_remainder)
+                 for name in ("numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")]
+
+
+@contextlib.contextmanager
+def products_rounded_alone() -> Iterator[None]:
+    """Compile with NVVM's ``-fma=0``: a product and the sum it feeds are two roundings, as in
+    NumPy's loops, not one fused multiply-add (NVVM's default, as CUDA C's and CuPy's).
+
+    numba-cuda's ``cuda.jit`` takes no such option: its call of NVVM gets it here, with
+    numba-cuda's compiler lock held, so that no other compilation runs meanwhile.
+    """
+    from numba.cuda.core.compiler_lock import global_compiler_lock
+    from numba.cuda.cudadrv import nvvm
+
+    with global_compiler_lock:
+        original = nvvm.compile_ir
+        nvvm.compile_ir = lambda llvmir, **options: original(llvmir, **{**options, "fma": False})
+        try:
+            yield
+        finally:
+            nvvm.compile_ir = original

@@ -9,6 +9,7 @@ the call path never uses, are built on request for ``gpufuncs.get(name, "cuda")`
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -23,7 +24,7 @@ from .. import numpy_complex
 from ..base import COMPILED_AS, compiling
 from ..compose import compiled_body
 from ..cpu.cache import dependency_digest
-from .compat import SIMULATED, keyed_cache, loaded_kernel
+from .compat import SIMULATED, keyed_cache, loaded_kernel, products_rounded_alone
 from .compose import DEVICE_OPTIONS, device_function, for_device, kernel_device_function
 from .kernels import gufunc_kernel, ufunc_kernel
 from .runtime import BLOCK, Runtime
@@ -117,7 +118,7 @@ class CudaKernels:
             # function is compiled with, and on the elements per thread.
             depends = dependency_digest(spec.pyfunc)
             key = None if SIMULATED or spec.source_key is None or depends is None else \
-                f"{spec.source_key}:{depends}:{numpy_complex.digest()}:{COMPILED_AS}/{per_thread}"
+                f"{spec.source_key}:{depends}:{numpy_complex.digest()}:{COMPILED_AS}/{per_thread}/{spec.contract}"
             found = cuda.jit(body) if key is None else cuda.jit(cache=True)(body)
             if key is not None:
                 keyed_cache(found, body, key)
@@ -132,7 +133,8 @@ class CudaKernels:
                 return dispatcher
             # Numba compiles an overload once and loads its module per device, in the current
             # context: that of ``runtime``'s device here.
-            with compiling(), runtime.current():
+            rounding = contextlib.nullcontext() if self.spec.contract else products_rounded_alone()
+            with compiling(), runtime.current(), rounding:
                 return loaded_kernel(dispatcher.compile(argtypes))
         except Exception as exc:
             raise CudaCompileError(
