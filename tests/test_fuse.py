@@ -114,6 +114,29 @@ def test_integer_and_float_functions_as_numpy_bit_for_bit(target, fused, dtype, 
     _assert_like_numpy(fused, (a, b), target)
 
 
+@gf.fuse
+def multiply_add(a, b, c):
+    return a * b + c, a % b
+
+
+@pytest.mark.parametrize("target", VALUE_TARGETS)
+def test_a_product_and_the_sum_it_feeds_round_apart_and_the_remainder_is_exact(target):
+    """NumPy rounds ``a * b`` before adding ``c``: float32 ``3355445 * 2.5 + 2**-22`` is
+    ``8388612`` (the product ties to even), one fused multiply-add (NVVM's default, and
+    nvJitLink's when it links with LTO) gives ``8388613``; a float64 case too. The remainder is C's ``fmod``:
+    ``1 % 3e-59`` and ``0 % inf`` are ``2.86e-59`` and ``0``, not ``1.2e-17`` and NaN."""
+    a = np.array([3355445.0, 1.0, 0.0, 5.7417335e16], dtype=np.float32)
+    b = np.array([2.5, 3.0654747e-39, np.inf, 2.5], dtype=np.float32)
+    c = np.array([2.0**-22, 0.0, 1.0, 0.4], dtype=np.float32)
+    a64, b64, c64 = (np.append(v.astype(np.float64), w) for v, w in
+                     ((a, 9.554173266933418e16), (b, 2.5), (c, 1.0466630362052957e-17)))
+    _assert_like_numpy(multiply_add, (a, b, c), target)
+    _assert_like_numpy(multiply_add, (a64, b64, c64), target)
+    # the cases are the ones described: a fused multiply-add gives other values
+    assert _eager(multiply_add, (a, b, c))[0][0] == 8388612.0
+    assert _eager(multiply_add, (a64, b64, c64))[0][-1] == 2.3885433167333542e17  # fma: ...46e17
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @given(x=_values(np.dtype(np.float32), (7,)), mu=st.floats(-3, 3), s=st.floats(0.1, 3),
        w=st.floats(-2, 2))

@@ -236,7 +236,10 @@ def products_rounded_alone() -> Iterator[None]:
     NumPy's loops, not one fused multiply-add (NVVM's default, as CUDA C's and CuPy's).
 
     numba-cuda's ``cuda.jit`` takes no such option: its call of NVVM gets it here, with
-    numba-cuda's compiler lock held, so that no other compilation runs meanwhile.
+    numba-cuda's compiler lock held, so that no other compilation runs meanwhile. NVVM then
+    emits ``mul.rn`` and ``add.rn``, which ``ptxas`` does not contract either; the kernel must
+    be linked without LTO (``cuda.jit(lto=False)``), where nvJitLink would compile its NVVM IR
+    again with contraction on.
     """
     from numba.cuda.core.compiler_lock import global_compiler_lock
     from numba.cuda.cudadrv import nvvm

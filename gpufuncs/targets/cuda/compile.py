@@ -119,7 +119,10 @@ class CudaKernels:
             depends = dependency_digest(spec.pyfunc)
             key = None if SIMULATED or spec.source_key is None or depends is None else \
                 f"{spec.source_key}:{depends}:{numpy_complex.digest()}:{COMPILED_AS}/{per_thread}/{spec.contract}"
-            found = cuda.jit(body) if key is None else cuda.jit(cache=True)(body)
+            # Rounded apart (see products_rounded_alone): linked without LTO too, since nvJitLink
+            # would compile the kernel's NVVM IR again, contracting products into sums.
+            options = {} if spec.contract or SIMULATED else {"lto": False}
+            found = cuda.jit(**options)(body) if key is None else cuda.jit(cache=True, **options)(body)
             if key is not None:
                 keyed_cache(found, body, key)
             self._dispatchers[(loop.signature, per_thread)] = found
