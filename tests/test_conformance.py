@@ -20,7 +20,8 @@ Kernels of every other kind (issue 30) are checked the same way, each by :class:
 positional outputs), a lazy ``a + b`` (loops learned as Numba's ``DUFunc`` learns them) and a
 kernel calling two kernels. NumPy's type resolver over exactly the kernel's loops (a ufunc Numba
 builds with them) selects the loop, and NumPy's own ufunc computes it (``signature=``), or the
-Numba ufunc where NumPy has none. Left out where NumPy computes,
+Numba ufunc where NumPy has none; complex ``a * b`` on C-contiguous copies of the inputs, where
+NumPy runs its array loop on every layout (:class:`_ArrayLoop`). Left out where NumPy computes,
 each with its reason in :func:`_excluded` and the tests at the end, whichever way the call names
 the loop (``dtype=`` too): ``-2**63 // -1`` (docs/semantics.md), the GPU's float remainder
 (docs/semantics.md), NumPy's scalar complex loop for a one-element result and a NumPy bug
@@ -104,6 +105,7 @@ class Op:
     where: bool = True  # draw where= (False: the values come from a Numba ufunc)
     lazy: bool = False
     kinds: tuple[str, ...] = ()  # the inputs' kinds; () for KINDS
+    array_loop: bool = False  # the reference reads C-contiguous copies of the inputs (_ArrayLoop)
 
     @property
     def nin(self) -> int:
@@ -222,7 +224,7 @@ OPS = {
                                   ["complex64(complex64, complex64)", "complex128(complex128, complex128)"]),
                            np.multiply, dtypes=(("F", "D", "f", "d", "b"),) * 2, python=("q", "d", "D"),
                            out_dtypes=("F", "D", "d"),
-                           dtype_keywords=(np.complex64, np.complex128, np.float64)),
+                           dtype_keywords=(np.complex64, np.complex128, np.float64), array_loop=True),
     "less": Op(conformance_less, np.less, _built(conformance_less.spec.pyfunc,
                                                  ["boolean(int64, int64)", "boolean(float64, float64)"]),
                np.less, dtypes=(("?", "b", "q", "Q", "f", "d"),) * 2, out_dtypes=("?", "q", "d"),
@@ -352,6 +354,32 @@ class _ContiguousOut:
         self.ufunc(*args, out=computed, **kwargs)
         given[...] = computed
         return given
+
+
+class _ArrayLoop:
+    """``ufunc`` given C-contiguous copies of its array inputs (subclass, mask and tag kept): the
+    answer of NumPy's SIMD loop, which a kernel's complex ``*`` follows on every layout.
+
+    NumPy's own answer depends on the layout (docs/semantics.md, complex arithmetic): its
+    complex64 loop falls back to its scalar loop, four rounded products, for an input it reads
+    at a negative stride (a reversed view; NumPy from 2.1, 2.4.6 here, in its AVX2 loop:
+    ``npyv_loadable_stride_f32`` divides the byte stride by ``sizeof(float)`` in unsigned
+    arithmetic, so -8 reads as 2**62 - 2, beyond its limit). ``(1e30+1e30j) * (1e30+1e30j)`` in
+    complex64 is ``-inf+infj`` in the SIMD loop, ``fma(a, c, -(b*d))``, and ``nan+infj`` in the
+    scalar one, ``inf - inf``. Copies are read at positive strides; casts are buffered anyway,
+    and NumPy reads overlapping inputs as if copied first. The output step 0 of a one-element
+    result is left out in :func:`_excluded`.
+    """
+
+    def __init__(self, ufunc: Any, nin: int) -> None:
+        self.ufunc, self.nin = ufunc, nin
+        self.__name__ = f"{getattr(ufunc, '__name__', ufunc)} on C-contiguous copies"
+        self.types = getattr(ufunc, "types", "")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        nin = self.nin
+        inputs = [a.copy(order="C") if isinstance(a, np.ndarray) else a for a in args[:nin]]
+        return self.ufunc(*inputs, *args[nin:], **kwargs)
 
 
 def _twin(given: tuple[Any, ...], loop: tuple[np.dtype, ...]) -> tuple[np.dtype, ...]:
@@ -727,6 +755,8 @@ def check(recipe: Recipe, target: str) -> None:
     inputs = [build_operand(o) for o in recipe.inputs]
     ref, extra, loop = reference(op, inputs, recipe.keywords.get("dtype"),
                                  recipe.keywords.get("casting", "same_kind"))
+    if op.array_loop:
+        ref = _ArrayLoop(ref, op.nin)
     note(f"reference: {getattr(ref, '__name__', ref)} {getattr(ref, 'types', '')} {extra}")
     theirs = run(ref, recipe, **extra)
     # Left out only where NumPy computes (the loop's values or writes differ there); where it
@@ -924,6 +954,24 @@ def test_kernels_of_every_kind_agree_with_numpy_in_parallel(op: str, data: Any) 
     check(data.draw(recipes((op,)), label="recipe"), "parallel")
 
 
+#: Examples the thorough profile (HYPOTHESIS_PROFILE=thorough) found, run as the property tests
+#: run them: complex64 times a reversed view (NumPy's scalar loop there, see _ArrayLoop).
+FOUND = {
+    "complex64-reversed": Recipe("complex_multiply", [
+        Operand("array", "F", (), "C", (1e30 + 1e30j,)),
+        Operand("array", "F", (2, 1, 1), "reversed", (1e30 + 1e30j, 0.1 - 3j))]),
+}
+
+
+@pytest.mark.skipif(SIMULATED, reason="host targets")
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+@pytest.mark.parametrize("found", FOUND)
+@settings(max_examples=1, database=None)
+@given(nothing=st.none())
+def test_examples_the_thorough_profile_found(found: str, target: str, nothing: None) -> None:
+    check(FOUND[found], target)
+
+
 # -- ufunc methods: reduce and accumulate against the same loops in a real ufunc -----------------
 @dataclass
 class Reduction:
@@ -1074,6 +1122,36 @@ def test_complex_multiply_gives_numpys_nan_signs() -> None:
         ours, numpys = conformance_complex_multiply(a, b, target="cpu"), np.multiply(a, b)
     bits, numpys_bits = ours.view(np.uint32), numpys.view(np.uint32)
     assert (bits == numpys_bits).all(), (bits, numpys_bits)
+
+
+def _numpy_fuses_complex() -> bool:
+    """Whether NumPy's complex multiply fuses products here (its SIMD loop, on a CPU with FMA)."""
+    x, y = np.array([complex(2.0**512, 2.0**459)]), np.array([complex(2.0**512, 2.0**512)])
+    with np.errstate(all="ignore"):
+        return bool(np.isfinite(np.multiply(x, y)[0].real))
+
+
+@pytest.mark.skipif(SIMULATED or not _numpy_fuses_complex(),
+                    reason="host calls; NumPy's complex loop fuses products (a CPU with FMA)")
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_complex64_multiply_is_numpys_array_loop_on_every_layout(target: str) -> None:
+    """Found by the thorough profile (a 0-d ``1e30+1e30j`` times a reversed view): NumPy 2.1 to
+    2.4's complex64 multiply reads an input at a negative stride in its scalar loop (see
+    :class:`_ArrayLoop`), ``nan+infj`` where its SIMD loop gives ``-inf+infj`` for the same
+    values read forwards. A kernel gives the SIMD loop's answer on both layouts, which the
+    property test now asks of it. (NumPy 2.0 reads both alike.)"""
+    z = np.complex64(1e30 + 1e30j)
+    forwards = np.full((2, 1, 1), z)
+    backwards = np.ascontiguousarray(forwards[::-1])[::-1]  # the same values, strides (-8, 8, 8)
+    with np.errstate(all="ignore"):
+        numpys_forwards, numpys_backwards = np.multiply(z, forwards), np.multiply(z, backwards)
+        ours = [conformance_complex_multiply(z, x, target=target) for x in (forwards, backwards)]
+    array_loop = np.full(forwards.shape, complex(-math.inf, math.inf), np.complex64)  # fma(a, c, -(b*d))
+    scalar_loop = np.full(forwards.shape, complex(math.nan, math.inf), np.complex64)  # a*c - b*d
+    assert same_values(numpys_forwards, array_loop)
+    assert same_values(numpys_backwards, scalar_loop) or same_values(numpys_backwards, array_loop)
+    for got in ours:
+        assert same_values(got, array_loop), got
 
 
 @pytest.mark.skipif(SIMULATED, reason="host calls")
