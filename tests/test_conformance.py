@@ -797,7 +797,10 @@ def check(recipe: Recipe, target: str) -> None:
         for i, (mine, numpys) in enumerate(zip(ours.result, theirs.result)):
             note(f"output {i}")
             given = ours.out[i] if i < len(ours.out) else None
-            defined = _where_mask(recipe, numpys, given is not None, np.shape(numpys))
+            # where= broadcasts with the inputs and any out= given (an np.matrix result has
+            # dropped the 1s of that shape: its own shape would broadcast it wrongly)
+            outs_given = (np.shape(o) for o in theirs.out if o is not None)
+            defined = _where_mask(recipe, numpys, given is not None, *outs_given)
             same_result(mine, numpys, defined, nan_bits)
             assert (mine is given) == (numpys is (theirs.out[i] if i < len(theirs.out) else None))
     for mine, numpys in zip(ours.buffers, theirs.buffers):
@@ -955,11 +958,16 @@ def test_kernels_of_every_kind_agree_with_numpy_in_parallel(op: str, data: Any) 
 
 
 #: Examples the thorough profile (HYPOTHESIS_PROFILE=thorough) found, run as the property tests
-#: run them: complex64 times a reversed view (NumPy's scalar loop there, see _ArrayLoop).
+#: run them: complex64 times a reversed view (NumPy's scalar loop there, see _ArrayLoop), where=
+#: False beside an np.matrix for a kernel of two outputs (the mask was broadcast to the matrix's
+#: shape, which has dropped the 1s).
 FOUND = {
     "complex64-reversed": Recipe("complex_multiply", [
         Operand("array", "F", (), "C", (1e30 + 1e30j,)),
         Operand("array", "F", (2, 1, 1), "reversed", (1e30 + 1e30j, 0.1 - 3j))]),
+    "where-false-matrix": Recipe("divmod", [
+        Operand("array", "?", (2, 2, 1), "C", (False,) * 4),
+        Operand("matrix", "?", (1, 1), "C", (False,))], where=False, keywords={"order": "K"}),
 }
 
 
