@@ -960,7 +960,8 @@ def test_kernels_of_every_kind_agree_with_numpy_in_parallel(op: str, data: Any) 
 #: Examples the thorough profile (HYPOTHESIS_PROFILE=thorough) found, run as the property tests
 #: run them: complex64 times a reversed view (NumPy's scalar loop there, see _ArrayLoop), where=
 #: False beside an np.matrix for a kernel of two outputs (the mask was broadcast to the matrix's
-#: shape, which has dropped the 1s).
+#: shape, which has dropped the 1s), a Python float cast into the int64 loop of a kernel of two
+#: outputs with an input to cast (gpufuncs raised OverflowError).
 FOUND = {
     "complex64-reversed": Recipe("complex_multiply", [
         Operand("array", "F", (), "C", (1e30 + 1e30j,)),
@@ -968,6 +969,9 @@ FOUND = {
     "where-false-matrix": Recipe("divmod", [
         Operand("array", "?", (2, 2, 1), "C", (False,) * 4),
         Operand("matrix", "?", (1, 1), "C", (False,))], where=False, keywords={"order": "K"}),
+    "float-into-int64": Recipe("divmod", [
+        Operand("array", "?", (), "C", (False,)),
+        Operand("list", "f", (), "C", (1e30,))], keywords={"dtype": np.int64, "casting": "unsafe"}),
 }
 
 

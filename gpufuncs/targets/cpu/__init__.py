@@ -622,8 +622,16 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
     elementwise = _elementwise(plan)
+    # A Python float into an integer loop (``casting="unsafe"``): NumPy's cast of its value, as in
+    # _numba_ufunc; np.asarray(1e30, dtype=np.int64) below would refuse it (OverflowError).
+    scalars = [(i, scalar_cast(d)) for i, (a, d) in enumerate(zip(plan.inputs, loop.inputs))
+               if a.cls in (float, complex) and d.kind in "iu"]
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        if scalars:
+            inputs = list(inputs)
+            for i, cast in scalars:
+                inputs[i] = cast(inputs[i])
         if outs is not None:
             inputs = read_before_write(list(inputs), outs, elementwise)
             where = mask_before_write(where, outs)
