@@ -23,11 +23,10 @@ builds with them) selects the loop, and NumPy's own ufunc computes it (``signatu
 Numba ufunc where NumPy has none; complex ``a * b`` on C-contiguous copies of the inputs, where
 NumPy runs its array loop on every layout (:class:`_ArrayLoop`). Left out where NumPy computes,
 each with its reason in :func:`_excluded` and the tests at the end, whichever way the call names
-the loop (``dtype=`` too): ``-2**63 // -1`` (docs/semantics.md), the GPU's float remainder
-(docs/semantics.md), NumPy's scalar complex loop for a one-element result and a NumPy bug
-(``where=`` with a cast, overlapping ``out=``); a complex result's NaN parts are compared as
-NaN, their sign pinned on the host by a test. What the property
-tests found in gpufuncs (``dtype=`` selecting by the call's casting, a Python complex beside
+the loop (``dtype=`` too): ``-2**63 // -1`` (docs/semantics.md), NumPy's scalar complex loop
+for a one-element result and a NumPy bug (``where=`` with a cast, overlapping ``out=``); a
+complex result's NaN parts are compared as NaN, their sign pinned on the host by a test. What
+the property tests found in gpufuncs (``dtype=`` selecting by the call's casting, a Python complex beside
 float32, a Python int's ``OverflowError`` after ``out=``'s errors) is fixed and pinned there.
 
 Each example asserts the same result (bit for bit, NaN included), dtype, shape and type (a
@@ -845,11 +844,6 @@ def _excluded(op: Op, recipe: Recipe, inputs: list[Any], loop: Loop | None, targ
     if loop[0] == np.int64 and not SIMULATED and bool(np.any((a == _INT64_MIN) & (b == -1))):
         # the simulator runs the kernel in Python on NumPy scalars: NumPy's value there
         return "-2**63 // -1: 0 in a compiled kernel (Numba's integer division), docs/semantics.md"
-    if loop[0] == np.float64 and op.kernel is conformance_divmod and target == "cuda" and not SIMULATED:
-        with np.errstate(all="ignore"):
-            if bool(np.any(~np.isfinite(a) | ~np.isfinite(b) | (np.abs(a) >= 2.0**52 * np.abs(b)))):
-                return "float remainder on cuda: an infinite operand or a quotient of 2**52 or more, " \
-                       "docs/semantics.md"
     return ""
 
 
