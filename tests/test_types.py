@@ -9,7 +9,13 @@ marked (``pytest -m cuda`` on a GPU), and the CUDA simulator runs this file on `
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,6 +136,47 @@ def test_an_expression_whose_intermediate_wraps_is_numpys(target):
         assert want[0] == np.iinfo(np.int64).max
         np.testing.assert_array_equal(types_absdiff(a[:n], b[:n], target=target), want)
     assert types_absdiff(1, np.iinfo(np.int64).min, target=target) == np.iinfo(np.int64).max
+
+
+FIRST_COMPILATIONS = """
+import json, sys
+import numpy as np
+import gpufuncs as gf
+
+@gf.ufunc(signatures=["float64(float64, float64)"])
+def first_remainder(a, b):
+    return a % b
+
+@gf.ufunc(signatures=["int64(int64, int64)"])
+def first_absdiff(a, b):
+    return abs(a - b)
+
+target = sys.argv[1]
+result = lambda r: (r.copy_to_host() if hasattr(r, "copy_to_host") else np.asarray(r)).tolist()
+a, b = np.array([1.0, -1.0, 0.0, 1e300]), np.array([3.06547472e-59, np.inf, np.inf, 1e-300])
+print(json.dumps([result(first_remainder(a, b, target=target)),
+                  result(first_absdiff(np.array([1] * 20), np.array([-2**63] * 20), target=target))]))
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", CUDA])
+def test_the_first_compilations_of_a_process_are_numpys_too(target, tmp_path):
+    """Numba imports the modules that lower arithmetic at its first compilation of a target:
+    what gpufuncs replaces there (signed integers that wrap, CUDA's exact float remainder) was
+    left in place for a process's first CUDA kernel, which computed ``1.0 % 3e-59`` as
+    ``1.2e-17`` (the H100 found it in a fused function). A fresh process, no disk cache."""
+    env = {**os.environ, "GPUFUNCS_CACHE_DIR": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(Path(gf.__file__).parents[1]),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(FIRST_COMPILATIONS), target], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    remainders, absdiffs = json.loads(done.stdout.splitlines()[-1])
+    a, b = np.array([1.0, -1.0, 0.0, 1e300]), np.array([3.06547472e-59, np.inf, np.inf, 1e-300])
+    want = np.remainder(a, b)
+    assert want[0] == math.fmod(1.0, 3.06547472e-59) < 1e-58 and want[1] == np.inf  # what frem missed
+    np.testing.assert_array_equal(np.array(remainders), want)
+    assert absdiffs == [2**63 - 1] * 20
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import signal
 import threading
@@ -312,19 +313,20 @@ def compiling() -> Iterator[None]:
 COMPILED_AS = "signed integers wrap; float remainder by fmod"
 
 #: ``(module, attribute, replacement)``: the Numba functions :func:`numpys_arithmetic` replaces
-#: while a kernel compiles. Target modules add theirs when they are imported.
+#: while a kernel compiles (each module imported first: Numba imports its lowering modules at
+#: its first compilation, which would otherwise run unreplaced). Target modules add theirs when
+#: they are imported.
 REPLACEMENTS: list[tuple[str, str, Callable[[Any], Any]]] = []
 _replacing_lock = threading.Lock()
 _replaced: list[Any] = []  # [count of compilations inside, the (module, attribute, original)s]
 
 
-def _no_flags(original: Any) -> Callable[[Any], list[str]]:
+def no_flags(original: Any) -> Callable[[Any], list[str]]:
+    """Numba's ``_int_arith_flags`` (``nsw`` for signed integers) giving no flags."""
     return lambda rettype: []
 
 
-# Numba marks signed integer ``+ - *`` ``nsw`` in these (numba-cuda has two copies).
-REPLACEMENTS += [(name, "_int_arith_flags", _no_flags) for name in
-                 ("numba.cpython.numbers", "numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")]
+REPLACEMENTS.append(("numba.cpython.numbers", "_int_arith_flags", no_flags))
 
 
 @contextlib.contextmanager
@@ -344,10 +346,7 @@ def numpys_arithmetic() -> Iterator[None]:
     """
     with _replacing_lock:
         if not _replaced:
-            import sys
-
-            found = [(sys.modules[name], attr, make) for name, attr, make in REPLACEMENTS
-                     if name in sys.modules]
+            found = [(importlib.import_module(name), attr, make) for name, attr, make in REPLACEMENTS]
             _replaced[:] = [0, [(module, attr, getattr(module, attr)) for module, attr, _ in found]]
             for module, attr, make in found:
                 setattr(module, attr, make(getattr(module, attr)))

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import REPLACEMENTS
+from ..base import REPLACEMENTS, no_flags
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -226,8 +226,13 @@ def exact_remainder(original: Callable[..., Any]) -> Callable[..., Any]:
     return divmod_body
 
 
-REPLACEMENTS += [(name, "real_divmod_func_body", exact_remainder)
-                 for name in ("numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")]
+# numba-cuda's two copies of Numba's lowering of numbers (signed integers wrap there too); the
+# simulator compiles nothing.
+if not SIMULATED:
+    REPLACEMENTS += [(name, attr, make)
+                     for name in ("numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")
+                     for attr, make in (("real_divmod_func_body", exact_remainder),
+                                        ("_int_arith_flags", no_flags))]
 
 
 @contextlib.contextmanager
