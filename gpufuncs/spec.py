@@ -348,11 +348,6 @@ class KernelSpec:
         This is the gufunc form of an elementwise kernel of several outputs (see
         :attr:`executed`): ``pyfunc`` returns the outputs' values as a tuple, which the targets
         store into the one-element outputs.
-    contract : bool
-        On ``cuda``, NVVM may contract a product and the sum it feeds into one fused
-        multiply-add (one rounding: CUDA C's and CuPy's default, and Numba's). ``False`` rounds
-        each alone, as NumPy's loops and the CPU targets do: fused functions
-        (:mod:`gpufuncs.fuse`) give NumPy's values bit for bit.
     """
 
     name: str
@@ -369,7 +364,6 @@ class KernelSpec:
     lazy: bool = False
     boundscheck: bool = False
     tuple_results: bool = False
-    contract: bool = True
 
     def __post_init__(self) -> None:
         if self.nin == 0:

@@ -127,7 +127,7 @@ def types_absdiff(a, b):
 def test_an_expression_whose_intermediate_wraps_is_numpys(target):
     """Numba marks signed arithmetic ``nsw`` (overflow undefined), and LLVM compiled
     ``abs(a - b)`` as if ``a - b`` could not wrap: ``-(2**63 - 1)`` for ``1`` and ``-2**63``.
-    gpufuncs compiles kernels with wrapping arithmetic (``targets.base.integers_wrap``)."""
+    gpufuncs compiles kernels with wrapping arithmetic (``targets.base.numpys_arithmetic``)."""
     a = np.array([1, 5, -3, np.iinfo(np.int64).max] * 5)
     b = np.array([np.iinfo(np.int64).min, 2, 2**62, -1] * 5)
     for n in (1, 3, 20):  # the vector loop and its scalar remainder

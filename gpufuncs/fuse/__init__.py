@@ -129,8 +129,7 @@ class Fused:
         spec = KernelSpec(name=self.func.__name__, pyfunc=body,
                           loops=(parse_loop(signature(traced, arguments, outputs), len(arguments), False),),
                           layout=None, reference=None, tolerances={},
-                          doc=inspect.getdoc(self.func) or "", arg_names=tuple(names[i] for i in arguments),
-                          contract=False)
+                          doc=inspect.getdoc(self.func) or "", arg_names=tuple(names[i] for i in arguments))
         return _Part(Kernel(spec), arguments, positions)
 
     def result_dtypes(self, *args: Any) -> tuple[np.dtype, ...]:

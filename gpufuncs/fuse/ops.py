@@ -7,11 +7,13 @@ the statement's expression, a format string over the operands (``"{0} + {1}"``):
 
 * an operator, where Numba's on operands of one dtype computes NumPy's value once cast back
   (Numba widens small integers, whose results then wrap as NumPy's, as int64's do: kernels
-  compile with wrapping integers, see :func:`gpufuncs.targets.base.integers_wrap`);
+  compile with wrapping integers, see :func:`gpufuncs.targets.base.numpys_arithmetic`);
 * ``math.f`` / ``cmath.f``, which each target compiles as it does in a kernel's body (vector
   math on ``cpu``, NumPy's complex functions: see :mod:`gpufuncs.targets.numpy_complex`);
 * one of the ``@numba.njit`` functions below (:data:`HELPERS`), where NumPy's C loop gives
-  values Numba's operator would not (NaN in ``maximum``, the signs of ``floor_divide``).
+  values Numba's operator would not (NaN in ``maximum``, the signs of ``floor_divide``), and
+  a float product as ``rounded_multiply`` (see :mod:`gpufuncs.targets.numpy_complex`), which
+  the GPU's compiler does not fuse into the sum it feeds, as it would ``a * b``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import math
 
 import numba
 import numpy as np
+
+from ..targets.numpy_complex import rounded_multiply
 
 
 class Unfusable(Exception):
@@ -93,7 +97,7 @@ def trunc(x):
 
 #: The helpers by name: the fused body's scope holds them.
 HELPERS = {f.py_func.__name__: f for f in (maximum, minimum, fmax, fmin, floor_divide, remainder, sign,
-                                           floor, ceil, trunc)}
+                                           floor, ceil, trunc, rounded_multiply)}
 
 _EXPRESSIONS = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
           np.true_divide: "{0} / {1}", np.less: "{0} < {1}", np.less_equal: "{0} <= {1}",
@@ -128,6 +132,9 @@ def template(ufunc: np.ufunc, inputs: tuple[np.dtype, ...], power_of: object = N
     ``Unfusable`` for a function or loop that fusion does not compile.
     """
     kind = inputs[0].kind
+    if kind == "f" and (ufunc in (np.multiply, np.square) or (ufunc is np.power and power_of == 2)):
+        # rounded alone as NumPy rounds it: the GPU's compiler would fuse it into a sum
+        return "rounded_multiply({0}, {1})" if ufunc is np.multiply else "rounded_multiply({0}, {0})"
     if ufunc in _IDENTITY_ON_INTEGERS and kind in "biu":
         return "{0}"
     if ufunc is np.power:
@@ -173,7 +180,7 @@ def _power(kind: str, exponent: object) -> str:
         return "{0} ** {1}"
     if kind in "biu" and isinstance(exponent, (int, np.integer)) and 0 <= exponent <= _MAX_PRODUCT:
         # A product of constant length: it wraps as NumPy's integer power, modulo 2**bits once
-        # cast back (kernels compile with wrapping integers: see targets.base.integers_wrap).
+        # cast back (kernels compile with wrapping integers: see targets.base.numpys_arithmetic).
         return " * ".join(["{0}"] * int(exponent)) if exponent else "1"
     raise Unfusable(f"integer ** is fused for constant exponents from 0 to {_MAX_PRODUCT} only "
                     "(NumPy raises for negative exponents, which a fused loop cannot)")

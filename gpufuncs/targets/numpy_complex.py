@@ -56,12 +56,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import overload
 
-__all__ = ["cmath_namespace", "digest", "exp", "numpy_arithmetic", "register_cuda", "swapped"]
+__all__ = ["cmath_namespace", "cuda_rounded_multiply", "digest", "exp", "numpy_arithmetic", "register_cuda",
+           "rounded_multiply", "swapped"]
 
 #: The functions whose compiled code gets NumPy's complex arithmetic (kernel copies).
 _KERNEL_CODE: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -296,6 +298,35 @@ def register_cuda() -> None:
     intrinsics = {emit: _intrinsic(intrinsic, emit, gpu=True) for emit in (_multiply, _divide)}
     register_rewrite("after-inference")(_rewrite_class(cir, Rewrite, mk_unique_var, intrinsics))
 
+
+
+# -- a real product rounded alone -----------------------------------------------------------------
+@numba.njit
+def rounded_multiply(a, b):  # unannotated: a Numba function
+    """``a * b`` of real numbers, rounded alone as NumPy's loops round it, never contracted
+    with a sum it feeds into one fused multiply-add. Numba's CPU code does not contract; NVVM
+    does by default (``a * 2.5 + c`` is one rounding on the GPU, two in NumPy), so CUDA copies
+    of code that calls this call :func:`cuda_rounded_multiply` instead."""
+    return a * b
+
+
+@cache
+def cuda_rounded_multiply() -> Any:
+    """:func:`rounded_multiply` for numba-cuda: an ``llvm.nvvm.mul.rn``, which neither NVVM
+    nor ``ptxas`` contracts (with LTO or without). Operands of two float types are first cast to
+    the wider, as Numba's ``*`` casts them."""
+    from numba.cuda.extending import intrinsic
+
+    def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> Any:
+        a, b = (context.cast(builder, v, t, sig.return_type) for v, t in zip(args, sig.args))
+        return _Ops(builder, a.type, gpu=True).mul(a, b)
+
+    def rounded_multiply_cuda(typingctx: Any, a: types.Type, b: types.Type) -> Any:
+        if isinstance(a, types.Float) and isinstance(b, types.Float):
+            return max(a, b, key=lambda t: t.bitwidth)(a, b), codegen
+        return None
+
+    return intrinsic(rounded_multiply_cuda)
 
 
 # -- cmath.exp -------------------------------------------------------------------------------------

@@ -7,18 +7,16 @@
   PyTorch 2.11): the loaded ``CUkernel`` of a compiled Numba kernel, Numba's CUDA disk cache
   class, building a ``DeviceNDArray`` around our own memory without its constructor's cost, and
   torch's raw current-stream getter.
-* **Code generation as NumPy computes**: an exact float remainder (:func:`exact_remainder`) in
-  every kernel, and products rounded apart from the sums they feed
-  (:func:`products_rounded_alone`) where a kernel asks for NumPy's values bit for bit.
+* **Code generation as NumPy computes**: an exact float remainder (:func:`exact_remainder`) and
+  wrapping signed integers in every kernel.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -233,26 +231,3 @@ if not SIMULATED:
                      for name in ("numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")
                      for attr, make in (("real_divmod_func_body", exact_remainder),
                                         ("_int_arith_flags", no_flags))]
-
-
-@contextlib.contextmanager
-def products_rounded_alone() -> Iterator[None]:
-    """Compile with NVVM's ``-fma=0``: a product and the sum it feeds are two roundings, as in
-    NumPy's loops, not one fused multiply-add (NVVM's default, as CUDA C's and CuPy's).
-
-    numba-cuda's ``cuda.jit`` takes no such option: its call of NVVM gets it here, with
-    numba-cuda's compiler lock held, so that no other compilation runs meanwhile. NVVM then
-    emits ``mul.rn`` and ``add.rn``, which ``ptxas`` does not contract either; the kernel must
-    be linked without LTO (``cuda.jit(lto=False)``), where nvJitLink would compile its NVVM IR
-    again with contraction on.
-    """
-    from numba.cuda.core.compiler_lock import global_compiler_lock
-    from numba.cuda.cudadrv import nvvm
-
-    with global_compiler_lock:
-        original = nvvm.compile_ir
-        nvvm.compile_ir = lambda llvmir, **options: original(llvmir, **{**options, "fma": False})
-        try:
-            yield
-        finally:
-            nvvm.compile_ir = original

@@ -9,7 +9,6 @@ the call path never uses, are built on request for ``gpufuncs.get(name, "cuda")`
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Any
 
@@ -24,7 +23,7 @@ from .. import numpy_complex
 from ..base import COMPILED_AS, compiling
 from ..compose import compiled_body
 from ..cpu.cache import dependency_digest
-from .compat import SIMULATED, keyed_cache, loaded_kernel, products_rounded_alone
+from .compat import SIMULATED, keyed_cache, loaded_kernel
 from .compose import DEVICE_OPTIONS, device_function, for_device, kernel_device_function
 from .kernels import gufunc_kernel, ufunc_kernel
 from .runtime import BLOCK, Runtime
@@ -118,11 +117,8 @@ class CudaKernels:
             # function is compiled with, and on the elements per thread.
             depends = dependency_digest(spec.pyfunc)
             key = None if SIMULATED or spec.source_key is None or depends is None else \
-                f"{spec.source_key}:{depends}:{numpy_complex.digest()}:{COMPILED_AS}/{per_thread}/{spec.contract}"
-            # Rounded apart (see products_rounded_alone): linked without LTO too, since nvJitLink
-            # would compile the kernel's NVVM IR again, contracting products into sums.
-            options = {} if spec.contract or SIMULATED else {"lto": False}
-            found = cuda.jit(**options)(body) if key is None else cuda.jit(cache=True, **options)(body)
+                f"{spec.source_key}:{depends}:{numpy_complex.digest()}:{COMPILED_AS}/{per_thread}"
+            found = cuda.jit(body) if key is None else cuda.jit(cache=True)(body)
             if key is not None:
                 keyed_cache(found, body, key)
             self._dispatchers[(loop.signature, per_thread)] = found
@@ -136,8 +132,7 @@ class CudaKernels:
                 return dispatcher
             # Numba compiles an overload once and loads its module per device, in the current
             # context: that of ``runtime``'s device here.
-            rounding = contextlib.nullcontext() if self.spec.contract else products_rounded_alone()
-            with compiling(), runtime.current(), rounding:
+            with compiling(), runtime.current():
                 return loaded_kernel(dispatcher.compile(argtypes))
         except Exception as exc:
             raise CudaCompileError(

@@ -20,7 +20,7 @@ from numba.core.registry import CPUDispatcher
 
 from ...spec import KernelSpec, kernel_spec
 from ..compose import Copies, compiled_body, rebind
-from ..numpy_complex import numpy_arithmetic, register_cuda
+from ..numpy_complex import cuda_rounded_multiply, numpy_arithmetic, register_cuda, rounded_multiply
 from ..numpy_complex import swapped as numpy_cmath
 from .compat import SIMULATED
 
@@ -51,6 +51,8 @@ def kernel_device_function(spec: KernelSpec) -> Any:
 
 
 def _swapped(value: Any) -> Any:
+    if value is rounded_multiply and not SIMULATED:
+        return cuda_rounded_multiply()
     if isinstance(value, CPUDispatcher) or kernel_spec(value) is not None:
         return _device_copy(value)
     if SIMULATED and value is math:
