@@ -122,8 +122,8 @@ def multiply_add(a, b, c):
 @pytest.mark.parametrize("target", VALUE_TARGETS)
 def test_a_product_and_the_sum_it_feeds_round_apart_and_the_remainder_is_exact(target):
     """NumPy rounds ``a * b`` before adding ``c``: float32 ``3355445 * 2.5 + 2**-22`` is
-    ``8388612`` (the product ties to even), one fused multiply-add (NVVM's default, and
-    nvJitLink's when it links with LTO) gives ``8388613``; a float64 case too. The remainder is C's ``fmod``:
+    ``8388612`` (the product ties to even), one fused multiply-add (the GPU compiler's
+    default) gives ``8388613``; a float64 case too. The remainder is C's ``fmod``:
     ``1 % 3e-59`` and ``0 % inf`` are ``2.86e-59`` and ``0``, not ``1.2e-17`` and NaN."""
     a = np.array([3355445.0, 1.0, 0.0, 5.7417335e16], dtype=np.float32)
     b = np.array([2.5, 3.0654747e-39, np.inf, 2.5], dtype=np.float32)
