@@ -23,10 +23,10 @@ builds with them) selects the loop, and NumPy's own ufunc computes it (``signatu
 Numba ufunc where NumPy has none; complex ``a * b`` on C-contiguous copies of the inputs, where
 NumPy runs its array loop on every layout (:class:`_ArrayLoop`). Left out where NumPy computes,
 each with its reason in :func:`_excluded` and the tests at the end, whichever way the call names
-the loop (``dtype=`` too): ``-2**63 // -1`` (docs/semantics.md), NumPy's scalar complex loop
-for a one-element result and a NumPy bug (``where=`` with a cast, overlapping ``out=``); a
-complex result's NaN parts are compared as NaN, their sign pinned on the host by a test. What
-the property tests found in gpufuncs (``dtype=`` selecting by the call's casting, a Python complex beside
+the loop (``dtype=`` too): NumPy's scalar complex loop for a one-element result and a NumPy bug
+(``where=`` with a cast, overlapping ``out=``); a complex result's NaN parts are compared as
+NaN, their sign pinned on the host by a test. What the property tests found in gpufuncs
+(``dtype=`` selecting by the call's casting, a Python complex beside
 float32, a Python int's ``OverflowError`` after ``out=``'s errors) is fixed and pinned there.
 
 Each example asserts the same result (bit for bit, NaN included), dtype, shape and type (a
@@ -811,14 +811,11 @@ def check(recipe: Recipe, target: str) -> None:
         assert first.flags[flag] == first_theirs.flags[flag]
 
 
-_INT64_MIN = np.iinfo(np.int64).min
-
-
 def _excluded(op: Op, recipe: Recipe, inputs: list[Any], loop: Loop | None, target: str) -> str:
     """Why an example is left out ('' if not): docs/semantics.md's deliberate differences, a
     NumPy bug, and what the strict xfail tests below pin. ``loop`` is the one the reference
     computes, whichever way the call names it (``dtype=`` included: a cast into the loop's type
-    can make the values these differences are about, uint64 ``2**63`` into int64 ``-2**63``)."""
+    can make the values these differences are about)."""
     outs = recipe.out if isinstance(recipe.out, list) else [recipe.out]
     # NumPy copies an out= that overlaps an input (the views of an Alias overlap where the shift
     # is less than their size) into a temporary of the loop's output dtype, and writes all of it
@@ -833,17 +830,6 @@ def _excluded(op: Op, recipe: Recipe, inputs: list[Any], loop: Loop | None, targ
         return ("NumPy's scalar complex multiply: a one-element loop NumPy calls with an output step "
                 "of 0 (where=, some broadcasts) rounds all four products, its array loop (which "
                 "kernels follow) fuses two, docs/semantics.md")
-    if op.kernel not in (conformance_floor_divide, conformance_divmod) or loop is None:
-        return ""
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            a, b = np.broadcast_arrays(*(np.asarray(v).astype(loop[0]) for v in inputs))
-    except (ValueError, TypeError, OverflowError):
-        return ""  # the call raises before computing
-    if loop[0] == np.int64 and not SIMULATED and bool(np.any((a == _INT64_MIN) & (b == -1))):
-        # the simulator runs the kernel in Python on NumPy scalars: NumPy's value there
-        return "-2**63 // -1: 0 in a compiled kernel (Numba's integer division), docs/semantics.md"
     return ""
 
 
@@ -1196,26 +1182,24 @@ def test_numpy_rewrites_a_cast_overlapping_out_where_false_with_dtype() -> None:
 def test_exclusions_see_the_loop_that_dtype_names() -> None:
     """Found by the thorough profile: with dtype= naming a loop of that one dtype the reference
     is NumPy's own dtype=, and the exclusions were given no loop. uint64 2**63 cast by
-    dtype=np.int64 is -2**63: divmod by -1 is NumPy's (-2**63, 0) with an overflow warning and
-    the kernel's (0, 0), docs/semantics.md's difference, as for int64 input."""
+    dtype=np.int64 is -2**63: divmod by -1 is NumPy's (-2**63, 0) with an overflow warning, and
+    the kernel's too (it was (0, 0), Numba's integer division, then excluded; now NumPy's: see
+    targets.base.numpys_integer_division)."""
     big, minus_one = np.array([2**63], np.uint64), np.array([-1], np.int8)
     with pytest.warns(RuntimeWarning, match="overflow"):
         numpys = np.divmod(big, minus_one, dtype=np.int64)
     assert [v.tolist() for v in numpys] == [[-(2**63)], [0]]
-    ours = conformance_divmod(big, minus_one, dtype=np.int64, target="cpu")
-    assert [v.tolist() for v in ours] == [[0], [0]]
-    divmod_recipe = Recipe("divmod", [Operand("array", "Q", (1,), "C", (2**63,)),
-                                      Operand("array", "b", (1,), "C", (-1,))], keywords={"dtype": np.int64})
+    for target in ("cpu", "parallel"):
+        ours = conformance_divmod(big, minus_one, dtype=np.int64, target=target)
+        assert [v.tolist() for v in ours] == [[-(2**63)], [0]]
     where_false = Operand("array", "?", (1,), "C", (False,))
     add_recipe = Recipe("int_add", [Operand("array", "H", (3,), "C", (1, 2, 300))] * 2,
                         out=Alias(0, 2, False, (1, 2, 300, 4, 500)), where=where_false, where_list=True,
                         keywords={"dtype": np.int8, "casting": "unsafe"})
-    for recipe, reason in ((divmod_recipe, "-2**63 // -1"), (add_recipe, "where= False ones too")):
-        op, inputs = OPS[recipe.op], [build_operand(o) for o in recipe.inputs]
-        casting = recipe.keywords.get("casting", "same_kind")
-        _, extra, loop = reference(op, inputs, recipe.keywords["dtype"], casting)
-        assert extra == {} and loop is not None  # NumPy's own dtype=
-        assert reason in _excluded(op, recipe, inputs, loop, "cpu")
+    op, inputs = OPS["int_add"], [build_operand(o) for o in add_recipe.inputs]
+    _, extra, loop = reference(op, inputs, np.int8, "unsafe")
+    assert extra == {} and loop is not None  # NumPy's own dtype=
+    assert "where= False ones too" in _excluded(op, add_recipe, inputs, loop, "cpu")
     add_recipe.out = Alias(0, 3, False, (1, 2, 300, 4, 500, 6))  # no overlap: NumPy copies nothing
     op, inputs = OPS["int_add"], [build_operand(o) for o in add_recipe.inputs]
     assert _excluded(op, add_recipe, inputs, reference(op, inputs, np.int8, "unsafe")[2], "cpu") == ""

@@ -61,8 +61,7 @@ def same(got, want):
 @pytest.mark.parametrize("target", [t for t in TARGETS if t not in ("parallel", "auto")])
 @pytest.mark.parametrize("kernel", [outs_divmod, outs_frexp, outs_modf], ids=lambda k: k.__name__)
 def test_kernel_agrees_with_numpy(kernel, target):
-    # divmod: float64 only; its int64 loop is checked below (Python's divmod of the most
-    # negative int by -1 differs from NumPy's, see docs/semantics.md)
+    # divmod: float64 here; its int64 loop is checked below, on the extremes
     dtypes = ("float64",) if kernel is outs_divmod else None
     check_kernel(kernel, targets=[target], dtypes=dtypes,
                  max_examples=6 if SIMULATED else 30)
@@ -86,10 +85,11 @@ def test_integer_divmod_as_numpy_with_zero_divisors_and_extremes(target):
     b = np.array([2, 2, -2, -2, 0, 0, 3, -1, 1, lo, hi, 2])
     with np.errstate(all="ignore"):
         same(outs_divmod(a, b, target=target), np.divmod(a, b))
-        # Numba's compiled divmod(lo, -1) gives (0, 0), NumPy's (lo, 0); the simulator runs
-        # the kernel in Python on NumPy scalars (see docs/semantics.md)
-        q, r = (host(v) for v in outs_divmod(np.array([lo]), np.array([-1]), target=target))
-    assert (q[0], r[0]) == ((lo, 0) if SIMULATED else (0, 0))
+        # NumPy's quotient wraps to lo; Numba's compiled divmod gave (0, 0) (see
+        # targets.base.numpys_integer_division), in a vector loop and alone
+        q, r = (host(v) for v in outs_divmod(np.array([lo] * 20), np.array([-1] * 20), target=target))
+        assert outs_divmod(lo, -1, target="cpu" if target == "auto" else target) == (lo, 0)
+    assert q.tolist() == [lo] * 20 and r.tolist() == [0] * 20
 
 
 @pytest.mark.parametrize("target", TARGETS)

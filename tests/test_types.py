@@ -36,18 +36,8 @@ def types_add(a, b):
     return a + b
 
 
-def floor_divide_as_compiled(a, b):
-    """``np.floor_divide``, but ``-2**63 // -1`` is 0 as Numba compiles it, where NumPy wraps to
-    ``-2**63``: the one documented difference of integer division (docs/semantics.md, pinned by
-    test_several_outputs.py::test_integer_divmod_as_numpy_with_zero_divisors_and_extremes)."""
-    q = np.floor_divide(a, b)
-    if not SIMULATED and q.dtype == np.int64:  # the simulator runs the body on NumPy scalars
-        q = np.where((np.asarray(a) == np.iinfo(np.int64).min) & (np.asarray(b) == -1), 0, q).astype(q.dtype)
-    return q
-
-
 @gf.ufunc(signatures=["int64(int64, int64)", "uint64(uint64, uint64)"],
-          reference=floor_divide_as_compiled, replace=True)
+          reference=np.floor_divide, replace=True)
 def types_floor_divide(a, b):
     return a // b
 

@@ -310,7 +310,7 @@ def compiling() -> Iterator[None]:
 
 #: What compiled kernels depend on in how :func:`compiling` compiles them: part of the disk
 #: caches' keys (code cached before signed integers wrapped is not loaded).
-COMPILED_AS = "signed integers wrap; float remainder by fmod"
+COMPILED_AS = "signed integers wrap, -2**63 // -1 too; float remainder by fmod"
 
 #: ``(module, attribute, replacement)``: the Numba functions :func:`numpys_arithmetic` replaces
 #: while a kernel compiles (each module imported first: Numba imports its lowering modules at
@@ -326,7 +326,22 @@ def no_flags(original: Any) -> Callable[[Any], list[str]]:
     return lambda rettype: []
 
 
-REPLACEMENTS.append(("numba.cpython.numbers", "_int_arith_flags", no_flags))
+def numpys_integer_division(original: Any) -> Callable[..., Any]:
+    """Numba's signed integer ``divmod`` (``//``, ``%``) with NumPy's quotient of the most
+    negative integer by ``-1``: the quotient wraps to that integer itself (remainder 0), where
+    Numba gives 0 (it skips the division, which traps on x86)."""
+
+    def int_divmod_signed(context: Any, builder: Any, ty: Any, x: Any, y: Any) -> Any:
+        quotient, remainder = original(context, builder, ty, x, y)
+        wraps = builder.and_(builder.icmp_signed("==", x, x.type(ty.minval)),
+                             builder.icmp_signed("==", y, y.type(-1)))
+        return builder.select(wraps, x, quotient), remainder
+
+    return int_divmod_signed
+
+
+REPLACEMENTS += [("numba.cpython.numbers", "_int_arith_flags", no_flags),
+                 ("numba.cpython.numbers", "int_divmod_signed", numpys_integer_division)]
 
 
 @contextlib.contextmanager
@@ -338,7 +353,8 @@ def numpys_arithmetic() -> Iterator[None]:
     ``nsw`` (overflow is undefined: it lets LLVM drop the negative-index check of ``a[i + 1]``),
     and LLVM then may compute an expression that overflows as if it had not: ``abs(a - b)`` of
     int64 ``1`` and ``-2**63`` came out negative, where NumPy's difference wraps and its
-    absolute value is ``2**63 - 1``. The CUDA target adds its float remainder (see
+    absolute value is ``2**63 - 1``. ``-2**63 // -1`` is ``-2**63`` as NumPy's
+    (:func:`numpys_integer_division`). The CUDA target adds its float remainder (see
     :func:`gpufuncs.targets.cuda.compat.exact_remainder`). Compilations of other code in other
     threads meanwhile get the replacements too (they only compute more exactly, or miss an
     optimization). Overlapping compilations share one replacement: the first puts it in, the

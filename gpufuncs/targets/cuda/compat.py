@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import REPLACEMENTS, no_flags
+from ..base import REPLACEMENTS, no_flags, numpys_integer_division
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -230,4 +230,5 @@ if not SIMULATED:
     REPLACEMENTS += [(name, attr, make)
                      for name in ("numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")
                      for attr, make in (("real_divmod_func_body", exact_remainder),
-                                        ("_int_arith_flags", no_flags))]
+                                        ("_int_arith_flags", no_flags),
+                                        ("int_divmod_signed", numpys_integer_division))]
