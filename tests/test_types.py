@@ -128,6 +128,27 @@ def test_an_expression_whose_intermediate_wraps_is_numpys(target):
     assert types_absdiff(1, np.iinfo(np.int64).min, target=target) == np.iinfo(np.int64).max
 
 
+@gf.ufunc(signatures=["int64(int64, int64)", "float64(float64, float64)",
+                      "complex128(complex128, complex128)"], reference=np.add, replace=True)
+def types_add_three_kinds(a, b):
+    return a + b
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("z", [1.5 + 2j, np.complex128(-2.5 + 1j), np.complex64(3.5 - 1j)], ids=repr)
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_a_complex_scalar_cast_unsafely_into_a_real_loop(target, z, dtype):
+    """NumPy casts the value, dropping the imaginary part with a ComplexWarning; the flat loops
+    failed to compile (a complex argument of a real loop), the scalar cast raised TypeError."""
+    x = np.array([1, 2, -3] * 7)
+    with pytest.warns(np.exceptions.ComplexWarning):
+        want = np.add(x, z, dtype=dtype, casting="unsafe")
+    with pytest.warns(np.exceptions.ComplexWarning):
+        got = types_add_three_kinds(x, z, dtype=dtype, casting="unsafe", target=target)
+    got = got.copy_to_host() if hasattr(got, "copy_to_host") else got
+    assert got.dtype == want.dtype and np.array_equal(got, want), (got, want)
+
+
 FIRST_COMPILATIONS = """
 import json, sys
 import numpy as np

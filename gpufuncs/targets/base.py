@@ -163,21 +163,29 @@ _may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share
 def scalar_cast(dtype: np.dtype) -> Callable[[Any], Any]:
     """``value -> dtype`` as NumPy's unsafe cast converts one value. The scalar type's own
     constructor (the fast path) refuses a float beyond an integer type's range or a NaN
-    (``np.int64(1e30)``: ``OverflowError``), which a ufunc called with ``casting="unsafe"``
-    converts as C does, with its "invalid value" warning. A Python int out of range was refused
+    (``np.int64(1e30)``: ``OverflowError``) and a complex number into a real type, which a ufunc
+    called with ``casting="unsafe"`` converts as C does, with its "invalid value" warning or its
+    ``ComplexWarning`` (the imaginary part discarded). A Python int out of range was refused
     when the loop was selected, as NumPy refuses it."""
     cast = dtype.type
-    if dtype.kind not in "iu":
+    if dtype.kind not in "iuf":
         return cast
 
     def convert(value: Any) -> Any:
         try:
             return cast(value)
-        except (OverflowError, ValueError):
+        except (OverflowError, ValueError, TypeError):
             if type(value) is int:
                 raise
             return np.asarray(value).astype(dtype)[()]
     return convert
+
+
+def casts_scalar(cls: type, dtype: np.dtype) -> bool:
+    """Whether a Python scalar of type ``cls`` reaches a loop of ``dtype`` through
+    :func:`scalar_cast`: a float into an integer loop, a complex number into a real one (the
+    compiled loops take neither, and the types' constructors refuse some of their values)."""
+    return (cls is float and dtype.kind in "iu") or (cls is complex and dtype.kind != "c")
 
 
 def copy_cast(dst: np.ndarray, src: Any, where: Any = True) -> None:

@@ -40,6 +40,7 @@ from ..base import (
     Plan,
     Target,
     bounds_checked,
+    casts_scalar,
     compiling,
     copy_cast,
     is_contiguous,
@@ -310,6 +311,10 @@ def _is_scalar(a: Arg) -> bool:
                                 and a.dtype != np.longdouble)
 
 
+def _complex_scalar(a: Arg) -> bool:
+    return a.cls is complex or (a.role == NUMPY_SCALAR and a.dtype.kind == "c")
+
+
 def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
     """'C' or 'F' if the call can run on a flat loop (every array of the loop's dtype, contiguous
     in that order with the loop's shape, plus core dimensions for gufuncs), else ``None``."""
@@ -323,6 +328,8 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
     arrays = []
     for a, core, dtype in zip(plan.inputs, plan.cores, plan.loop.inputs):
         if _is_scalar(a) and not core:
+            if _complex_scalar(a) and dtype.kind != "c":
+                return None  # a complex number cast into a real loop: NumPy casts it there
             continue
         if not _native_array(a) or a.dtype != dtype:
             return None
@@ -560,10 +567,11 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
     # other ``out`` gets its values through such a buffer (see below).
     direct = plan.outs is not None and _c_contiguous(plan.outs[0])
 
-    # A Python float into an integer loop (``casting="unsafe"``): NumPy's cast of its value; the
-    # ufunc would convert it with the integer type's constructor, which refuses 1e30 or NaN.
+    # A Python float into an integer loop, a complex into a real one (``casting="unsafe"``):
+    # NumPy's cast of its value; the ufunc would convert it with the loop type's constructor,
+    # which refuses 1e30, NaN or 1j.
     scalars = [(i, scalar_cast(d)) for i, (a, d) in enumerate(zip(plan.inputs, plan.loop.compiled.inputs))
-               if a.cls in (float, complex) and d.kind in "iu"]
+               if casts_scalar(a.cls, d)]
 
     def compute(inputs: list[Any], out: np.ndarray) -> None:
         for i, cast in scalars:
@@ -622,10 +630,11 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
     elementwise = _elementwise(plan)
-    # A Python float into an integer loop (``casting="unsafe"``): NumPy's cast of its value, as in
-    # _numba_ufunc; np.asarray(1e30, dtype=np.int64) below would refuse it (OverflowError).
+    # A Python float into an integer loop, a complex into a real one (``casting="unsafe"``):
+    # NumPy's cast of its value, as in _numba_ufunc; np.asarray(1e30, dtype=np.int64) below
+    # would refuse it (OverflowError).
     scalars = [(i, scalar_cast(d)) for i, (a, d) in enumerate(zip(plan.inputs, loop.inputs))
-               if a.cls in (float, complex) and d.kind in "iu"]
+               if casts_scalar(a.cls, d)]
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         if scalars:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import IDENTITY, KernelSpec
-from ..base import DEVICE, HOST, Arg, Executor, Plan, copy_cast, scalar_cast
+from ..base import DEVICE, HOST, Arg, Executor, Plan, casts_scalar, copy_cast, scalar_cast
 from ..fpstatus import report
 from . import arrays, fpflags
 from .compile import CudaKernels
@@ -77,6 +77,8 @@ def _scalar_getter(arg: Arg, dtype: np.dtype, simulated: bool) -> Callable[[Any]
     simulator computes with the values it is given, so it gets NumPy scalars."""
     if arg.role == HOST:
         return None  # a one-element array
+    if casts_scalar(arg.cls, dtype):
+        return scalar_cast(dtype)
     if dtype == np.float64 or arg.cls is dtype.type or (arg.cls is float and not simulated):
         return _same
     return scalar_cast(dtype)
