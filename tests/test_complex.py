@@ -4,9 +4,9 @@ Numba compiles ``z * w``, ``z / w`` and ``cmath.exp`` as CPython computes them; 
 NumPy's (see :mod:`gpufuncs.targets.numpy_complex`). Pinned values first, then Hypothesis
 properties: near the overflow edge (multiply), and over every magnitude with infinities and
 NaN in either part (exp). ``cuda`` tests are marked. The CUDA simulator runs a kernel as
-Python on NumPy values, so its ``*`` is NumPy's own, from the loop NumPy picks for them: the
-fused one for the values of array operands, the scalar one (four rounded products) for scalar
-operands; the tests accept either there, element by element.
+Python, one element at a time on NumPy scalars, so its ``*`` is NumPy's scalar arithmetic (four
+rounded products) for array operands too; the tests accept NumPy's array or scalar answer
+there, element by element.
 """
 
 from __future__ import annotations
