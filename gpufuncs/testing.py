@@ -13,6 +13,8 @@ theirs:
 - :func:`check_kernel` runs both under Hypothesis on every requested target, the
   :func:`edge_grid` (every combination of the inputs' edge values) first, and checks that the
   targets agree with each other.
+- :func:`check_fused` does the same for a fused function (:func:`gpufuncs.fuse`), whose
+  reference is itself run eagerly with NumPy (see :mod:`gpufuncs.testing_fused`).
 
 Models: SciPy's ``FuncData`` (per-dtype tolerances, separate NaN/inf placement checks, reports
 of the worst points) and numba-scipy (one registry drives every test). Hypothesis is imported
@@ -46,11 +48,14 @@ from .dispatch import Kernel
 from .registry import get_kernel
 from .spec import KernelSpec, Tolerance
 from .targets import available_targets
+from .testing_fused import assert_like_eager, check_fused
 from .testing_loops import check_loop, is_exact_loop, shape_signature
 
 __all__ = [
     "Comparison",
+    "assert_like_eager",
     "check_agreement",
+    "check_fused",
     "check_kernel",
     "compare",
     "edge_grid",

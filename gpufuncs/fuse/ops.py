@@ -33,22 +33,26 @@ class Unfusable(Exception):
 # -- helpers: NumPy's loops where Numba's operators differ --------------------------------------------
 @numba.njit
 def maximum(a, b):
-    return a if a >= b or a != a else b  # NaN in either propagates (the first, if both)
+    # NaN in either propagates (the first, if both); of equal values b, as NumPy's loops give
+    # it (the sign of a zero: np.maximum(0.0, -0.0) is -0.0)
+    return a if a > b or a != a else b
 
 
 @numba.njit
 def minimum(a, b):
-    return a if a <= b or a != a else b
+    return a if a < b or a != a else b
 
 
 @numba.njit
 def fmax(a, b):
-    return a if a >= b or b != b else b  # NaN only where both are
+    # NaN only where both are; of equal values b, as NumPy's array loop (its loop for a few
+    # elements gives a: the sign of a zero there is NumPy's choice of loop, docs/fusion.md)
+    return a if a > b or b != b else b
 
 
 @numba.njit
 def fmin(a, b):
-    return a if a <= b or b != b else b
+    return a if a < b or b != b else b
 
 
 @numba.njit

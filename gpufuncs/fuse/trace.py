@@ -125,11 +125,12 @@ class Symbol:
 
 
 def _unary(ufunc: np.ufunc) -> Callable[[Any], Any]:
-    return lambda self: ufunc(self)
+    return lambda self: self._tracer.operator(ufunc, (self,))
 
 
 def _binary(ufunc: np.ufunc) -> tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]:
-    return (lambda self, other: ufunc(self, other)), (lambda self, other: ufunc(other, self))
+    return (lambda self, other: self._tracer.operator(ufunc, (self, other))), \
+        (lambda self, other: self._tracer.operator(ufunc, (other, self)))
 
 
 for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
@@ -155,6 +156,9 @@ class _Tracer:
         self.trace = Trace(list(arguments))
         self.trace.dtypes = [WEAK_DTYPES[a] if isinstance(a, type) else a for a in arguments]
         self.trace.depends = [frozenset({i}) for i in range(len(arguments))]
+        #: Symbols that are Python scalars in the eager call (weak in NEP 50), by index: the
+        #: Python scalar arguments, and Python operators' results on Python scalars only.
+        self.weak: dict[int, type] = {i: a for i, a in enumerate(arguments) if isinstance(a, type)}
 
     def dtype_of(self, symbol: Symbol) -> np.dtype:
         return self.trace.dtypes[symbol.index]
@@ -162,9 +166,7 @@ class _Tracer:
     def _resolution_dtype(self, value: Any) -> np.dtype | type:
         """``value``'s dtype as NumPy's resolution sees it (a Python type for a weak scalar)."""
         if isinstance(value, Symbol):
-            if value.index < len(self.trace.arguments):
-                return self.trace.arguments[value.index]
-            return self.dtype_of(value)
+            return self.weak.get(value.index) or self.dtype_of(value)
         if isinstance(value, bool):
             return np.dtype(np.bool_)
         if isinstance(value, WEAK):
@@ -201,6 +203,23 @@ class _Tracer:
         self.trace.depends += [depends] * len(results)
         symbols = tuple(Symbol(self, first + k) for k in range(len(results)))
         return symbols[0] if len(symbols) == 1 else symbols
+
+    def operator(self, ufunc: np.ufunc, inputs: tuple[Any, ...]) -> Any:
+        """A Python operator (``-b``, ``b * 2``): ``ufunc`` as NumPy computes it, except on Python
+        scalars only, where the eager call computes with Python's: a float or complex result
+        stays a Python scalar (weak), and an int result is refused (Python computes it without
+        wrapping, and NumPy checks its value against each loop it meets, per call)."""
+        if not all(isinstance(self._resolution_dtype(v), type) for v in inputs):
+            return ufunc(*inputs)
+        result = self.apply(ufunc, inputs, {})
+        kind = self.dtype_of(result).kind
+        if kind in "iu":
+            raise Unfusable(f"{ufunc.__name__} of Python ints only is not fused (Python computes it "
+                            "without wrapping, and NumPy checks the value against each loop it meets): "
+                            "compute it before the call, or pass a NumPy integer")
+        if kind in "fc":
+            self.weak[result.index] = float if kind == "f" else complex
+        return result
 
     def apply(self, ufunc: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kwargs:
@@ -288,8 +307,9 @@ def trace(func: Callable[..., Any], arguments: list[np.dtype | type]) -> Trace:
         raise FusionError(f"{_name(func)}: a fused function returns arrays computed from its "
                           f"arguments (or a tuple of them), got {type(returned).__name__}")
     for r in results:
-        if r.index < len(arguments) and isinstance(arguments[r.index], type):
-            raise FusionError(f"{_name(func)}: returns its Python scalar argument as it is")
+        if r.index in tracer.weak:
+            raise FusionError(f"{_name(func)}: returns a Python scalar (an argument, or Python's "
+                              "arithmetic on Python scalars), not an array")
         if not tracer.trace.depends[r.index]:
             raise FusionError(f"{_name(func)}: returns a value that depends on no argument")
     tracer.trace.outputs = tuple(r.index for r in results)
