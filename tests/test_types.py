@@ -190,6 +190,42 @@ def test_the_first_compilations_of_a_process_are_numpys_too(target, tmp_path):
     assert absdiffs == [2**63 - 1] * 20
 
 
+WITHOUT_NUMBA_CUDA = """
+import sys, importlib.abc
+
+class Absent(importlib.abc.MetaPathFinder):  # numba's old bundled numba.cuda has no such modules
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(("numba.cuda.cpython", "numba.cuda.np")):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, Absent())
+import numpy as np
+import gpufuncs as gf
+import gpufuncs.targets.cuda.compat  # what CPU calls import of the cuda target
+
+@gf.ufunc(signatures=["int64(int64, int64)"])
+def halves(a, b):
+    return a // b
+
+print(halves(np.array([-2**63, 7]), np.array([-1, 2]), target="cpu").tolist())
+"""
+
+
+def test_cpu_kernels_compile_where_numba_cuda_is_not_installed(tmp_path):
+    """Without numba-cuda, numba.cuda is Numba's old bundled target: the replacements of
+    numba-cuda's modules are the cuda target's, or every compilation fails importing them (the
+    README's main job failed so on a fresh machine: "No module named 'numba.cuda.cpython'")."""
+    env = {**os.environ, "GPUFUNCS_CACHE_DIR": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(Path(gf.__file__).parents[1]),
+                                          os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(WITHOUT_NUMBA_CUDA)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [-2**63, 3]
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_integer_division_by_zero_gives_zero(target):
     a, b = np.array([7, -7, 5, 0]), np.array([2, 2, 0, 0])

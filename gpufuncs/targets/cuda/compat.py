@@ -7,8 +7,8 @@
   PyTorch 2.11): the loaded ``CUkernel`` of a compiled Numba kernel, Numba's CUDA disk cache
   class, building a ``DeviceNDArray`` around our own memory without its constructor's cost, and
   torch's raw current-stream getter.
-* **Code generation as NumPy computes**: an exact float remainder (:func:`exact_remainder`) and
-  wrapping signed integers in every kernel.
+* **Code generation as NumPy computes**: an exact float remainder (:func:`exact_remainder`), put
+  in while kernels compile (see :mod:`.compile`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from ..base import REPLACEMENTS, no_flags, numpys_integer_division
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -222,13 +220,3 @@ def exact_remainder(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(context, _FremAsFmod(builder), vx, wx)
 
     return divmod_body
-
-
-# numba-cuda's two copies of Numba's lowering of numbers (signed integers wrap there too); the
-# simulator compiles nothing.
-if not SIMULATED:
-    REPLACEMENTS += [(name, attr, make)
-                     for name in ("numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")
-                     for attr, make in (("real_divmod_func_body", exact_remainder),
-                                        ("_int_arith_flags", no_flags),
-                                        ("int_divmod_signed", numpys_integer_division))]

@@ -20,10 +20,10 @@ from numba.np.numpy_support import from_dtype
 from ...errors import CudaCompileError
 from ...spec import KernelSpec, Loop
 from .. import numpy_complex
-from ..base import COMPILED_AS, compiling
+from ..base import COMPILED_AS, REPLACEMENTS, compiling, no_flags, numpys_integer_division
 from ..compose import compiled_body
 from ..cpu.cache import dependency_digest
-from .compat import SIMULATED, keyed_cache, loaded_kernel
+from .compat import SIMULATED, exact_remainder, keyed_cache, loaded_kernel
 from .compose import DEVICE_OPTIONS, device_function, for_device, kernel_device_function
 from .kernels import gufunc_kernel, ufunc_kernel
 from .runtime import BLOCK, Runtime
@@ -40,6 +40,18 @@ def elements_per_thread(spec: KernelSpec, loop: Loop, n: int, multiprocessors: i
         return 1
     per_thread = max(1, 16 // loop.inputs[0].itemsize)
     return per_thread if n >= BLOCK * per_thread * multiprocessors else 1
+
+
+# numba-cuda's two copies of Numba's lowering of numbers, replaced while kernels compile as
+# Numba's own are (see base.numpys_arithmetic), with its exact float remainder. Registered here,
+# where the cuda target compiles: without numba-cuda, numba.cuda is Numba's old bundled target,
+# which has no such modules (every compilation, on the CPU too, would fail importing them).
+if not SIMULATED:
+    REPLACEMENTS += [(name, attr, make)
+                     for name in ("numba.cuda.cpython.numbers", "numba.cuda.np.math.numbers")
+                     for attr, make in (("real_divmod_func_body", exact_remainder),
+                                        ("_int_arith_flags", no_flags),
+                                        ("int_divmod_signed", numpys_integer_division))]
 
 
 class CudaKernels:
