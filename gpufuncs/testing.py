@@ -47,8 +47,8 @@ from hypothesis.extra.numpy import arrays, mutually_broadcastable_shapes
 from .dispatch import Kernel
 from .registry import get_kernel
 from .spec import KernelSpec, Tolerance
-from .targets import available_targets
 from .testing_fused import assert_like_eager, check_fused
+from .testing_layouts import memory_layouts, resolve_targets
 from .testing_loops import check_loop, is_exact_loop, shape_signature
 
 __all__ = [
@@ -161,28 +161,10 @@ def _call_args(draw: Any, spec: KernelSpec, dtype: np.dtype, shapes: st.SearchSt
 
 def _argument(dtype: np.dtype, shape: tuple[int, ...], values: st.SearchStrategy[float],
               scalars: bool) -> st.SearchStrategy[Any]:
-    array = arrays(dtype, shape, elements=values).flatmap(_memory_layouts)
+    array = arrays(dtype, shape, elements=values).flatmap(memory_layouts)
     if shape or not scalars:
         return array
     return st.one_of(array, values.map(dtype.type), values.map(float))
-
-
-def _memory_layouts(a: np.ndarray) -> st.SearchStrategy[np.ndarray]:
-    """The same values as C-, F-ordered, strided or negative-stride arrays."""
-    if a.ndim == 0 or a.size == 0:
-        return st.just(a)
-    return st.sampled_from([a, np.asfortranarray(a), _strided(a), _reversed(a)])
-
-
-def _strided(a: np.ndarray) -> np.ndarray:
-    buf = np.empty((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
-    view = buf[..., ::2]
-    view[...] = a
-    return view
-
-
-def _reversed(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a[::-1])[::-1]
 
 
 def element_values(
@@ -716,22 +698,12 @@ def check_kernel(
         For an unknown target or a dtype the kernel has no loop for.
     """
     k = _resolve(kernel)
-    names = _targets(targets)
+    names = resolve_targets(targets, "check_kernel")
     for loop in k.spec.loops:
         if is_exact_loop(k.spec, loop) and (dtypes is None or loop.dtype in map(np.dtype, dtypes)):
             check_loop(k, loop, names, max_examples)  # integers, bool, complex, no reference
     for dtype in _dtypes(k.spec, dtypes):
         _property(k, dtype, names, max_examples, exclude, input_options)()
-
-
-def _targets(targets: str | Iterable[str]) -> tuple[str, ...]:
-    names = available_targets() if targets == "available" else (
-        (targets,) if isinstance(targets, str) else tuple(targets))
-    unknown = [t for t in names if t not in ("cpu", "parallel", "cuda")]
-    if unknown or not names:
-        raise ValueError(f"check_kernel: unknown targets {unknown or names}; "
-                         "valid: 'available' or any of 'cpu', 'parallel', 'cuda'")
-    return names
 
 
 def _dtypes(spec: KernelSpec, dtypes: Iterable[Any] | None) -> list[np.dtype]:

@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from .testing_layouts import memory_layouts, resolve_targets
+
 __all__ = ["assert_like_eager", "check_fused"]
 
 
@@ -39,7 +41,7 @@ def check_fused(
         A function decorated with :func:`gpufuncs.fuse`.
     *like : array or scalar
         Example arguments: each array stands for arrays of its dtype (any values, infinities and
-        NaN included; any broadcastable shapes, C-ordered, strided or reversed), each Python or
+        NaN included; any broadcastable shapes, C- or F-ordered, strided or reversed), each Python or
         NumPy scalar for scalars of its type.
     targets : "available" or iterable of str
         Targets to test; ``"available"`` means :func:`gpufuncs.available_targets`.
@@ -57,9 +59,7 @@ def check_fused(
     AssertionError
         On the first (shrunk) disagreement: the target, the result's position, both values.
     """
-    from .testing import _targets
-
-    names = _targets(targets)
+    names = resolve_targets(targets, "check_fused")
     arrays = [i for i, a in enumerate(like) if isinstance(a, np.ndarray)]
     shapes = shapes or hnp.mutually_broadcastable_shapes(num_shapes=max(1, len(arrays)), max_dims=2,
                                                           max_side=5)
@@ -166,9 +166,7 @@ def _like(example: Any, shape: tuple[int, ...]) -> st.SearchStrategy[Any]:
     """Values like ``example``: an array of its dtype in ``shape`` (in one of three layouts), or
     a scalar of its type."""
     if isinstance(example, np.ndarray):
-        from .testing import _memory_layouts
-
-        return hnp.arrays(example.dtype, shape, elements=_elements(example.dtype)).flatmap(_memory_layouts)
+        return hnp.arrays(example.dtype, shape, elements=_elements(example.dtype)).flatmap(memory_layouts)
     if isinstance(example, np.generic):
         return hnp.from_dtype(example.dtype, **_limits(example.dtype)).map(example.dtype.type)
     if isinstance(example, bool):

@@ -33,6 +33,12 @@ NumPy itself is not one answer everywhere: its scalar loop (NumPy scalars such a
 products, as Python does. Kernels follow the loop NumPy runs on arrays on current CPUs. The
 CUDA simulator runs a kernel as Python, on NumPy scalars: there the scalar loop's answer.
 
+A real product rounded alone
+----------------------------
+:func:`rounded_multiply` is ``a * b`` of real numbers that the GPU's compiler does not contract
+into the sum it feeds (an ``llvm.nvvm.mul.rn``, as the products above): fused functions use
+it, which promise NumPy's values bit for bit.
+
 ``cmath.exp``
 -------------
 A kernel's ``cmath`` is :func:`cmath_namespace` on every target: ``cmath``'s own functions

@@ -551,6 +551,14 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
 BLOCK_ELEMENTS = 1 << 18
 
 
+def _scalar_casts(plan: Plan, dtypes: tuple[np.dtype, ...]) -> list[tuple[int, Callable[[Any], Any]]]:
+    """``(input, cast)`` for each Python float into an integer loop and each complex number into
+    a real one (``casting="unsafe"``): NumPy's cast of its value, which the loop type's own
+    constructor refuses for some (1e30, NaN, 1j)."""
+    return [(i, scalar_cast(d)) for i, (a, d) in enumerate(zip(plan.inputs, dtypes))
+            if casts_scalar(a.cls, d)]
+
+
 def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     ufunc = compiled.numba_object(serial=not threaded, loop=plan.loop.compiled)
     ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
@@ -567,11 +575,8 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
     # other ``out`` gets its values through such a buffer (see below).
     direct = plan.outs is not None and _c_contiguous(plan.outs[0])
 
-    # A Python float into an integer loop, a complex into a real one (``casting="unsafe"``):
-    # NumPy's cast of its value; the ufunc would convert it with the loop type's constructor,
-    # which refuses 1e30, NaN or 1j.
-    scalars = [(i, scalar_cast(d)) for i, (a, d) in enumerate(zip(plan.inputs, plan.loop.compiled.inputs))
-               if casts_scalar(a.cls, d)]
+    # the ufunc would convert a Python scalar with the loop type's constructor (1e30, NaN, 1j)
+    scalars = _scalar_casts(plan, plan.loop.compiled.inputs)
 
     def compute(inputs: list[Any], out: np.ndarray) -> None:
         for i, cast in scalars:
@@ -630,11 +635,7 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
     elementwise = _elementwise(plan)
-    # A Python float into an integer loop, a complex into a real one (``casting="unsafe"``):
-    # NumPy's cast of its value, as in _numba_ufunc; np.asarray(1e30, dtype=np.int64) below
-    # would refuse it (OverflowError).
-    scalars = [(i, scalar_cast(d)) for i, (a, d) in enumerate(zip(plan.inputs, loop.inputs))
-               if casts_scalar(a.cls, d)]
+    scalars = _scalar_casts(plan, loop.inputs)  # np.asarray(1e30, dtype=np.int64) below would refuse it
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         if scalars:
