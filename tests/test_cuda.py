@@ -364,6 +364,38 @@ def test_cupy_current_stream_orders_the_call(cp):
     assert bool((y == np.float32(np.e)).all())
 
 
+@gf.ufunc(signatures=["int64(int32, int64, int64)"], name="test_scaled_add", replace=True)
+def scaled_add(a, b, c):
+    return a * b + c
+
+
+def test_cupy_calls_that_allocate_are_checked_on_every_call(cp):
+    """The straight executor of all-CuPy calls with a new output: right values in a new array
+    on the device, every input's alignment checked by its own itemsize, and the calls it hands
+    on (``out=``, ``stream=``) answered as the general executor answers them."""
+    a32 = np.arange(-40, 40, dtype=np.int32)
+    b64, c64 = np.arange(80, dtype=np.int64) * 3, np.full(80, -7, np.int64)
+    expected = scaled_add(a32, b64, c64, target="cpu")
+    buffer = cp.zeros(8 * 81, cp.uint8)
+    shifted = buffer[4: 4 + 4 * 80].view(cp.int32)  # 4-aligned: fine for int32
+    shifted[...] = cp.asarray(a32)
+    b, c = cp.asarray(b64), cp.asarray(c64)
+    misaligned = buffer[1: 1 + 8 * 80].view(cp.int64)
+    for _ in range(3):  # the first call resolves; the others take the kept executor
+        result = scaled_add(shifted, b, c)
+        assert isinstance(result, cp.ndarray) and result.dtype == np.int64 and result.shape == (80,)
+        np.testing.assert_array_equal(result.get(), expected)
+        with pytest.raises(ValueError, match=r"test_scaled_add: c is a device array at .* misaligned"):
+            scaled_add(shifted, b, misaligned)
+        out = cp.full(80, 99, cp.int64)
+        assert scaled_add(shifted, b, c, out=out) is out
+        np.testing.assert_array_equal(out.get(), expected)
+        stream = cp.cuda.Stream(non_blocking=True)
+        on_stream = scaled_add(shifted, b, c, stream=stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(on_stream.get(), expected)
+
+
 def test_torch_tensors_on_the_cpu_and_the_gpu_are_told_apart_on_every_call(torch):
     """A CPU tensor and a CUDA tensor of one dtype and shape have different call signatures,
     whichever comes first: the CPU one computes on the host, the CUDA one on the GPU."""
