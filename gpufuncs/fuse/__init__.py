@@ -23,7 +23,8 @@ from ..dispatch import Kernel
 from ..dispatch.args import describe
 from ..errors import FusionError
 from ..spec import KernelSpec, parse_loop
-from .emit import scalar_function, signature
+from .emit import reduction_function, scalar_function, signature
+from .reduction import ReducingPart
 from .trace import WEAK, Trace, trace
 
 #: Keywords of a call that go to the fused kernel (the function itself takes none of its own).
@@ -46,6 +47,7 @@ class _Compiled:
     parts: tuple[_Part, ...]
     int_checks: frozenset[tuple[int, np.dtype]]
     nout: int
+    reductions: tuple[ReducingPart, ...] = ()  # where the function returns reductions
 
 
 class Fused:
@@ -76,7 +78,7 @@ class Fused:
         argument is keyed by its type: ``float`` beside a float32 array stays float32). Where
         the results depend on different arguments (and so may differ in shape), one kernel
         per such group: the first is listed."""
-        return {key: found.parts[0].kernel for key, found in self._compiled.items()}
+        return {key: found.parts[0].kernel for key, found in self._compiled.items() if found.parts}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         options = {k: kwargs.pop(k) for k in _CALL_KEYWORDS & kwargs.keys()}
@@ -85,6 +87,8 @@ class Fused:
         found = self._compiled_for(args)
         for index, dtype in found.int_checks:
             _check_int(args[index], dtype)
+        if found.reductions:
+            return _reduce(found.reductions, args, options)
         if len(found.parts) == 1 and len(found.parts[0].arguments) == len(args):
             return found.parts[0].kernel(*args, **options)
         return self._call_parts(found, args, options)
@@ -113,6 +117,10 @@ class Fused:
             found = self._compiled.get(key)
             if found is None:
                 traced = trace(self.func, list(key))
+                if traced.reductions:
+                    found = self._compiled[key] = _Compiled((), frozenset(traced.int_checks),
+                                                            len(traced.outputs), self._reducing(traced))
+                    return found
                 groups: dict[frozenset[int], list[int]] = {}
                 for position, symbol in enumerate(traced.outputs):
                     groups.setdefault(traced.depends[symbol], []).append(position)
@@ -121,6 +129,15 @@ class Fused:
                 found = self._compiled[key] = _Compiled(parts, frozenset(traced.int_checks),
                                                         len(traced.outputs))
         return found
+
+    def _reducing(self, traced: Trace) -> tuple[ReducingPart, ...]:
+        parts, names = [], tuple(self._signature.parameters)
+        for r in traced.reductions:
+            arguments = tuple(sorted(traced.depends[r.symbol]))
+            parts.append(ReducingPart(r, arguments, [traced.dtypes[i] for i in arguments], self.func.__name__,
+                                      tuple(names[i] for i in arguments),
+                                      functools.partial(reduction_function, traced, self.func, arguments, r)))
+        return tuple(parts)
 
     def _part(self, traced: Trace, arguments: tuple[int, ...], positions: tuple[int, ...]) -> _Part:
         outputs = tuple(traced.outputs[k] for k in positions)
@@ -136,6 +153,8 @@ class Fused:
         """The dtypes of the results of a call with arguments like ``args``: NumPy's, as the
         eager call would give them (traced; compiled at the first call)."""
         found = self._compiled_for(args)
+        if found.reductions:
+            return tuple(part.reduction.dtype for part in found.reductions)
         dtypes: list[Any] = [None] * found.nout
         for part in found.parts:
             for k, dtype in zip(part.positions, part.kernel.spec.loops[0].outputs):
@@ -145,10 +164,22 @@ class Fused:
     def source(self, *args: Any) -> str:
         """The scalar function(s) that calls with arguments like ``args`` run (compiled first)."""
         found = self._compiled_for(args)
+        if found.reductions:
+            return "\n\n".join(part.source() for part in found.reductions)
         return "\n\n".join(part.kernel.spec.pyfunc.source for part in found.parts)
 
     def __repr__(self) -> str:
         return f"<gpufuncs fused function {self.func.__qualname__!r}>"
+
+
+def _reduce(parts: tuple[ReducingPart, ...], args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """The returned reductions, each written into its ``out=`` array where one is given."""
+    out = options.pop("out", None)
+    outs = out if isinstance(out, tuple) else (out,) * len(parts) if len(parts) == 1 else (None,) * len(parts)
+    if len(outs) != len(parts):
+        raise ValueError(f"out= has {len(outs)} arrays for {len(parts)} results")
+    results = tuple(part(args, {**options, "out": o}) for part, o in zip(parts, outs))
+    return results[0] if len(parts) == 1 else results
 
 
 def _dtype_of(value: Any) -> np.dtype | type:

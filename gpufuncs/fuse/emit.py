@@ -17,10 +17,12 @@ import math
 import types
 from typing import Any
 
+import numba
 import numpy as np
 from numba.np.numpy_support import from_dtype
 
 from .ops import HELPERS
+from .reduction import COMPENSATED, Reduction
 from .trace import Operand, Trace
 
 #: The cast to each dtype, by the name the expressions use (``t_float32(x)``).
@@ -124,3 +126,50 @@ def signature(trace: Trace, arguments: tuple[int, ...], outputs: tuple[int, ...]
     results = [str(from_dtype(trace.dtypes[i])) for i in outputs]
     returned = results[0] if len(results) == 1 else f"Tuple(({', '.join(results)}))"
     return f"{returned}({parameters})"
+
+
+def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[int, ...],
+                       reduction: Reduction, arrays: tuple[bool, ...]) -> types.FunctionType:
+    """The body of the generalized kernel computing ``reduction`` of ``trace``: for each element
+    of its two-dimensional core, the fused value (the scalar function of the reduced symbol,
+    called as an ``@njit`` helper), added into the accumulator. Its parameters are the
+    ``arguments`` (a ``(m, n)`` core array where ``arrays`` says so, else a scalar) and the
+    one-element output."""
+    acc, name = reduction.dtype, reduction.name
+    mapped = numba.njit(scalar_function(trace, like, arguments, (reduction.symbol,)))
+    scope = {"mapped": mapped, "math": math, **HELPERS, **_CASTS, **COMPENSATED,
+             "k_init": acc.type(_initial(name, acc)), "__name__": like.__module__}
+    params = [f"a{i}" for i in arguments]
+    first = params[arrays.index(True)]
+    value = f"mapped({', '.join(f'{p}[i, j]' if a else p for p, a in zip(params, arrays))})"
+    cast = f"({value}) != 0" if name in ("any", "all") else f"t_{acc.name}({value})"
+    compensated = name in ("sum", "mean") and acc.kind in "fc"
+    suffix = "_complex" if acc.kind == "c" else ""
+    combine = {"sum": "s = s + v", "mean": "s = s + v", "prod": f"s = t_{acc.name}(s * v)",
+               "min": "s = minimum(s, v)", "max": "s = maximum(s, v)", "any": "s = s | v",
+               "all": "s = s & v"}[name]
+    if compensated:
+        combine = f"p, q = compensated_add{suffix}(s, c, v)\n            s = t_{acc.name}(p)\n" \
+                  f"            c = t_{acc.name}(q)"
+    lines = [f"def reduce_{name}({', '.join(params)}, out):", "    s = k_init",
+             *(["    c = k_init - k_init"] if compensated else []),
+             f"    for i in range({first}.shape[0]):", f"        for j in range({first}.shape[1]):",
+             f"            v = {cast}", f"            {combine}",
+             f"    out[0] = compensated_total{suffix}(s, c)" if compensated else "    out[0] = s"]
+    exec(compile("\n".join(lines), f"<gpufuncs fused {like.__qualname__}, {name}>", "exec"), scope)
+    body = scope[f"reduce_{name}"]
+    body.__qualname__, body.__module__ = f"{like.__qualname__}.{name}", like.__module__
+    body.source = "\n".join(lines) + "\n\n" + mapped.py_func.source
+    return body
+
+
+def _initial(name: str, dtype: np.dtype) -> Any:
+    """The value a reduction starts from (its ufunc's identity; the extreme of the dtype for
+    ``min`` and ``max``, which have none: an empty reduction of them is refused before)."""
+    if name in ("sum", "mean", "any"):
+        return 0
+    if name in ("prod", "all"):
+        return 1
+    extreme = (np.inf if dtype.kind == "f" else True if dtype.kind == "b" else np.iinfo(dtype).max)
+    return extreme if name == "min" else (-extreme if dtype.kind == "f" else
+                                           False if dtype.kind == "b" else np.iinfo(dtype).min)

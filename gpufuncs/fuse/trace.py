@@ -9,15 +9,17 @@ are the fused body (see :mod:`.emit`): each intermediate has exactly the dtype t
 eagerly would give it, and constants in the body convert to their loop dtype as NumPy converts
 them.
 
-Whatever fusion cannot compile (an array that is not an argument, a reduction, a branch on a
-value, a function with no scalar form) raises :class:`~gpufuncs.FusionError` naming the function
+Reductions (``.sum()``, ``np.max``, ...) may end the function: they are recorded (see
+:mod:`.reduction`) and returned. Whatever fusion cannot compile (an array that is not an
+argument, an operation on a reduction's result, a branch on a value, a function with no scalar
+form) raises :class:`~gpufuncs.FusionError` naming the function
 and the line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from ..dispatch.plan import resolve_loop
 from ..errors import FusionError
 from ..spec import HALF, kernel_spec
 from .ops import Unfusable, template
+from .reduction import FUNCTIONS, REDUCTIONS, Reduced, Reduction, accumulated, bind
 
 #: Python scalars: weak in NEP 50 (``bool`` is no weaker than ``np.bool_``: it is taken as that).
 WEAK = (int, float, complex)
@@ -65,6 +68,9 @@ class Trace:
     #: The arguments each symbol's values depend on (its shape is their broadcast shape).
     depends: list[frozenset[int]] = field(default_factory=list)
     outputs: tuple[int, ...] = ()
+    #: The reductions the function returns, in order, where it returns reductions (see
+    #: :mod:`.reduce`); ``outputs`` then holds the symbols they reduce.
+    reductions: tuple[Reduction, ...] = ()
     #: ``(argument, dtype)``: a Python int argument converted to an integer dtype, which NumPy
     #: refuses (``OverflowError``) for values out of its range: checked on every call.
     int_checks: set[tuple[int, np.dtype]] = field(default_factory=set)
@@ -89,7 +95,8 @@ class Symbol:
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         if method != "__call__":
-            raise Unfusable(f"np.{ufunc.__name__}.{method} is not fused (only elementwise calls are)")
+            raise Unfusable(f"np.{ufunc.__name__}.{method} is not fused (elementwise calls are, and "
+                            f"the reductions {', '.join(REDUCTIONS)} at the end of the function)")
         return self._tracer.apply(ufunc, inputs, kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
@@ -113,8 +120,11 @@ class Symbol:
     def __getattr__(self, name: str) -> Any:
         # An AttributeError too: code that probes for an attribute (``getattr(x, name, None)``,
         # as the kernels' own argument checks do) finds none.
-        if name in ("sum", "prod", "min", "max", "mean", "any", "all", "std", "var"):
-            raise _NoAttribute(f".{name}() is a reduction; fusion compiles elementwise functions")
+        if name in REDUCTIONS:
+            return lambda *args, **kwargs: self._tracer.reduce(name, (self, *args), kwargs)
+        if name in ("std", "var"):
+            raise _NoAttribute(f".{name}() is not fused (a reduction of two passes); the fused "
+                               f"reductions are {', '.join(REDUCTIONS)}")
         raise _NoAttribute(f"the attribute .{name} of an array is not fused")
 
     def __iter__(self) -> Any:
@@ -256,10 +266,20 @@ class _Tracer:
             return self._where(*args)
         if func is np.clip and not kwargs and len(args) == 3:
             return self._clip(*args)
-        name = getattr(func, "__name__", repr(func))
-        if name in ("sum", "prod", "min", "max", "amin", "amax", "mean", "any", "all", "std", "var"):
-            raise Unfusable(f"np.{name} is a reduction; fusion compiles elementwise functions")
-        raise Unfusable(f"np.{name} is not fused")
+        if func in FUNCTIONS:
+            return self.reduce(FUNCTIONS[func], args, kwargs)
+        raise Unfusable(f"np.{getattr(func, '__name__', repr(func))} is not fused")
+
+    def reduce(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reduced:
+        """``np.<name>(*args, **kwargs)`` of a symbol: recorded, to end the function with."""
+        operand, reduction = bind(name, args, kwargs)
+        if not isinstance(operand, Symbol) or operand.index in self.weak:
+            raise Unfusable(f"{name}() of a value that is not an array computed from the arguments "
+                            "is not fused")
+        dtype = accumulated(name, self.dtype_of(operand), reduction.dtype)
+        if dtype == HALF or dtype.kind not in "biufc":
+            raise Unfusable(f"{name}() in dtype {dtype} is not fused")
+        return Reduced(replace(reduction, symbol=operand.index, dtype=dtype))
 
     def _where(self, condition: Any, a: Any, b: Any) -> Symbol:
         # np.where's result dtype: np.result_type of the two values (weak scalars as values).
@@ -303,6 +323,13 @@ def trace(func: Callable[..., Any], arguments: list[np.dtype | type]) -> Trace:
         base = next(c for c in (OverflowError, ValueError, TypeError) if isinstance(exc, c))
         raise base(f"{_where_in(func, exc)}: {exc}") from exc
     results = returned if isinstance(returned, tuple) else (returned,)
+    reduced = [r for r in results if isinstance(r, Reduced)]
+    if reduced:
+        if len(reduced) != len(results):
+            raise FusionError(f"{_name(func)}: returns reductions beside elementwise arrays; a "
+                              "fused function returns either (fuse two functions for both)")
+        tracer.trace.reductions = tuple(r.reduction for r in reduced)
+        results = tuple(Symbol(tracer, r.reduction.symbol) for r in reduced)
     if not results or not all(isinstance(r, Symbol) for r in results):
         raise FusionError(f"{_name(func)}: a fused function returns arrays computed from its "
                           f"arguments (or a tuple of them), got {type(returned).__name__}")

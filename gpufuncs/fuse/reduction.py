@@ -1,0 +1,285 @@
+"""Reductions that end a fused function: what NumPy's reduction computes, in one pass.
+
+A fused function may return reductions of its values (``np.log(gaussian(x, m, s)).sum()``,
+``np.max(abs(a - b), axis=1)``): the tracer records each as a :class:`Reduction` of a symbol,
+with the dtype NumPy accumulates in. A call computes it with one generalized kernel (see
+:func:`.emit.reduction_function`) whose core is the reduced axes: each element of the function's
+values is computed where it is added in, so the inputs are read once and no array of values is
+written. Floating sums are compensated (Neumaier), so they are at least as accurate as NumPy's
+pairwise summation, and the order of the additions depends only on the shape: the same bits on
+every run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+from ..dispatch import Kernel
+from ..spec import KernelSpec, parse_layout, parse_loop
+from .ops import Unfusable
+
+_ABSENT: Any = object()
+
+
+# NumPy's parameters of each reduction, as its functions and array methods take them.
+def _sum_like(a, axis=None, dtype=None, out=None, keepdims=False, initial=_ABSENT, where=_ABSENT):
+    pass
+
+
+def _mean_like(a, axis=None, dtype=None, out=None, keepdims=False, *, where=_ABSENT):
+    pass
+
+
+def _min_like(a, axis=None, out=None, keepdims=False, initial=_ABSENT, where=_ABSENT):
+    pass
+
+
+def _any_like(a, axis=None, out=None, keepdims=False, *, where=_ABSENT):
+    pass
+
+
+_PARAMETERS = {"sum": _sum_like, "prod": _sum_like, "min": _min_like, "max": _min_like,
+               "mean": _mean_like, "any": _any_like, "all": _any_like}
+#: The reductions a fused function may end with, by name.
+REDUCTIONS = tuple(_PARAMETERS)
+#: NumPy's functions of them.
+FUNCTIONS: dict[Any, str] = {np.sum: "sum", np.prod: "prod", np.min: "min", np.amin: "min",
+                             np.max: "max", np.amax: "max", np.mean: "mean", np.any: "any",
+                             np.all: "all"}
+#: The ufunc each reduces with (``mean``: a sum, divided by the count).
+UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+          "any": np.logical_or, "all": np.logical_and}
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """``np.<name>`` of symbol ``symbol`` over ``axis`` (``None``: all), accumulated in ``dtype``."""
+
+    name: str
+    symbol: int
+    axis: tuple[int, ...] | None
+    keepdims: bool
+    dtype: np.dtype
+
+    @property
+    def ufunc(self) -> np.ufunc:
+        return UFUNCS[self.name]
+
+
+class _NoAttribute(Unfusable, AttributeError):
+    """An attribute of a reduction's result (code that probes with ``getattr`` finds none)."""
+
+
+class Reduced:
+    """What a reduction returns in a traced function: to be returned, not computed with."""
+
+    def __init__(self, reduction: Reduction) -> None:
+        self.reduction = reduction
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise Unfusable(f"the result of {self.reduction.name}() is not fused further: a fused "
+                        "function ends with its reductions (compute with the result after the call)")
+
+    def __getattr__(self, name: str) -> Any:
+        raise _NoAttribute(f"the attribute .{name} of the result of a reduction is not fused")
+
+    __hash__ = object.__hash__
+
+
+for _name in ("array_ufunc", "array_function", "getitem", "bool", "float", "int", "neg", "pos", "abs",
+              "lt", "le", "gt", "ge", "eq", "ne", "add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
+              "rtruediv", "floordiv", "rfloordiv", "mod", "rmod", "pow", "rpow"):
+    setattr(Reduced, f"__{_name}__", Reduced._refuse)
+
+
+def bind(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Reduction]:
+    """``np.<name>(*args, **kwargs)`` checked as NumPy's parameters: its operand and the
+    :class:`Reduction` of it (without its symbol and dtypes, which the tracer adds)."""
+    bound = inspect.signature(_PARAMETERS[name]).bind(*args, **kwargs)
+    bound.apply_defaults()
+    given = bound.arguments
+    for keyword in ("out", "initial", "where"):
+        if keyword in given and given[keyword] is not _ABSENT and given[keyword] is not None:
+            raise Unfusable(f"{name}({keyword}=...) is not fused (give out= to the fused call)")
+    return given["a"], Reduction(name, -1, _axis(given["axis"]), bool(given["keepdims"]),
+                                 given.get("dtype"))
+
+
+def _axis(axis: Any) -> tuple[int, ...] | None:
+    if axis is None:
+        return None
+    if isinstance(axis, tuple):
+        return tuple(operator.index(a) for a in axis)
+    return (operator.index(axis),)
+
+
+def accumulated(name: str, source: np.dtype, dtype: Any) -> np.dtype:
+    """The dtype NumPy's ``np.<name>`` of values of ``source`` accumulates and returns in."""
+    if name in ("any", "all"):
+        return np.dtype(np.bool_)
+    if name in ("min", "max"):
+        if source.kind == "c":
+            raise Unfusable(f"{name}() of complex values is not fused")
+        return source
+    if dtype is not None:
+        return np.dtype(dtype)
+    if name == "mean":
+        return np.dtype(np.float64) if source.kind in "biu" else source
+    return np.sum(np.zeros(1, source)).dtype  # int8 -> int64, uint8 -> uint64, bool -> int64
+
+
+# -- the call -------------------------------------------------------------------------------------
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (int, float, complex, np.generic)) or (
+        type(value) is np.ndarray and value.ndim == 0)
+
+
+def _axes(axis: tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
+    """``axis`` as NumPy normalizes it for an array of ``ndim`` dimensions."""
+    if axis is None:
+        return tuple(range(ndim))
+    normalized = tuple(np.lib.array_utils.normalize_axis_index(a, ndim) for a in axis)
+    if len(set(normalized)) != len(normalized):
+        raise ValueError("duplicate value in 'axis'")
+    return normalized
+
+
+class ReducingPart:
+    """One returned reduction, computed by a kernel per choice of which arguments are arrays."""
+
+    def __init__(self, reduction: Reduction, arguments: tuple[int, ...], dtypes: list[np.dtype],
+                 name: str, names: tuple[str, ...],
+                 make_body: Callable[[tuple[bool, ...]], Callable[..., Any]]) -> None:
+        self.reduction, self.arguments, self.name, self.names = reduction, arguments, name, names
+        self._dtypes, self._make_body = dtypes, make_body
+        self._kernels: dict[tuple[bool, ...], Kernel] = {}
+
+    def __call__(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        r = self.reduction
+        values = [args[i] for i in self.arguments]
+        arrays = tuple(not _is_scalar(v) for v in values)
+        if not any(arrays):  # a reduction of scalars: of a 0-d array
+            arrays = (True, *arrays[1:])
+        shape = np.broadcast_shapes(*(np.shape(v) for v, a in zip(values, arrays) if a))
+        axes = _axes(r.axis, len(shape))
+        kept = [d for d in range(len(shape)) if d not in axes]
+        reduced = sorted(axes)
+        count = math.prod(shape[d] for d in reduced)
+        if count == 0 and r.name in ("min", "max"):
+            raise ValueError(f"zero-size array to reduction operation {r.ufunc.__name__} "
+                             "which has no identity")
+        out = options.pop("out", None)
+        operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
+        result = self._kernel(arrays)(*operands, **options)
+        if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
+            result = r.ufunc.reduce(result, axis=tuple(range(len(kept), len(kept) + len(reduced) - 2)),
+                                    dtype=r.dtype)
+        if r.name == "mean":
+            result = _mean(result, count)
+        if r.keepdims:
+            result = np.reshape(result, [1 if d in axes else n for d, n in enumerate(shape)])
+        if isinstance(result, np.ndarray) and result.ndim == 0:
+            result = result[()]
+        return result if out is None else _into(out, result, r)
+
+    def source(self) -> str:
+        """The text of the kernel that calls with array arguments run."""
+        return self._make_body((True,) * len(self.arguments)).source
+
+    def _kernel(self, arrays: tuple[bool, ...]) -> Kernel:
+        found = self._kernels.get(arrays)
+        if found is None:
+            found = self._kernels[arrays] = Kernel(self._spec(arrays))
+        return found
+
+    def _spec(self, arrays: tuple[bool, ...]) -> KernelSpec:
+        from numba.np.numpy_support import from_dtype
+
+        types = [f"{from_dtype(d)}[:, :]" if a else str(from_dtype(d)) for d, a in zip(self._dtypes, arrays)]
+        signature = f"void({', '.join(types)}, {from_dtype(self.reduction.dtype)}[:])"
+        layout = ",".join("(m,n)" if a else "()" for a in arrays) + "->()"
+        nargs = len(arrays) + 1
+        return KernelSpec(name=self.name, pyfunc=self._make_body(arrays),
+                          loops=(parse_loop(signature, nargs, True, nout=1),), layout=parse_layout(layout),
+                          reference=None, tolerances={}, doc="", arg_names=(*self.names, "out"))
+
+
+def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:
+    """``value`` broadcast to ``shape``, its reduced axes last, with exactly two of them (the
+    kernel's core; more are reduced again after the call): a view, never a copy."""
+    view = np.transpose(np.broadcast_to(value, shape), (*kept, *reduced))
+    if len(reduced) == 0:
+        return view[..., None, None]
+    return view[..., None, :] if len(reduced) == 1 else view
+
+
+def _scalar(value: Any) -> Any:
+    return value[()] if isinstance(value, np.ndarray) else value
+
+
+def _mean(total: Any, count: int) -> Any:
+    """NumPy's ``mean`` from the sum, as ``numpy._core._methods._mean`` finishes it."""
+    if count == 0:
+        warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=4)
+    if isinstance(total, np.ndarray) and total.ndim:
+        return np.true_divide(total, count, out=total, casting="unsafe")
+    if isinstance(total, (np.ndarray, np.generic)):
+        return total.dtype.type(total / count)
+    return (total / count).astype(total.dtype, copy=False)  # a device array's library's division
+
+
+def _into(out: Any, result: Any, r: Reduction) -> Any:
+    """``result`` written into ``out``, checked first as NumPy checks a reduction's ``out=``."""
+    shape = np.shape(result)
+    if tuple(out.shape) != shape:
+        raise ValueError(f"{r.name}: out= has shape {tuple(out.shape)}, the result has shape {shape}")
+    if not np.can_cast(np.result_type(result), out.dtype, "same_kind"):
+        raise TypeError(f"Cannot cast ufunc '{r.ufunc.__name__}' output from {np.result_type(result)!r} "
+                        f"to {out.dtype!r} with casting rule 'same_kind'")
+    out[...] = result
+    return out
+
+
+# -- compensated sums: njit helpers the reduction kernels call ----------------------------------------
+@numba.njit
+def compensated_add(s, c, v):
+    """``s + v`` and the running compensation ``c`` of Neumaier's summation (the rounding
+    error of each addition, added back at the end: see :func:`compensated_total`)."""
+    t = s + v
+    if abs(s) >= abs(v):
+        c += (s - t) + v
+    else:
+        c += (v - t) + s
+    return t, c
+
+
+@numba.njit
+def compensated_add_complex(s, c, v):
+    real, c_real = compensated_add(s.real, c.real, v.real)
+    imag, c_imag = compensated_add(s.imag, c.imag, v.imag)
+    return complex(real, imag), complex(c_real, c_imag)
+
+
+@numba.njit
+def compensated_total(s, c):
+    # A sum that reached inf or NaN is that: the compensation of an infinite term is NaN.
+    return s + c if math.isfinite(s) else s
+
+
+@numba.njit
+def compensated_total_complex(s, c):
+    return complex(compensated_total(s.real, c.real), compensated_total(s.imag, c.imag))
+
+
+#: The helpers by the names the reduction kernels' text uses.
+COMPENSATED = {f.py_func.__name__: f for f in (compensated_add, compensated_add_complex, compensated_total,
+                                               compensated_total_complex)}
