@@ -22,7 +22,7 @@ import numpy as np
 from numba.np.numpy_support import from_dtype
 
 from .ops import HELPERS
-from .reduction import COMPENSATED, Reduction
+from .reduction import BLOCK, COMPENSATED, Reduction
 from .trace import Operand, Trace
 
 #: The cast to each dtype, by the name the expressions use (``t_float32(x)``).
@@ -129,38 +129,59 @@ def signature(trace: Trace, arguments: tuple[int, ...], outputs: tuple[int, ...]
 
 
 def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[int, ...],
-                       reduction: Reduction, arrays: tuple[bool, ...]) -> types.FunctionType:
+                       reduction: Reduction, arrays: tuple[bool, ...],
+                       blocked: bool = True) -> types.FunctionType:
     """The body of the generalized kernel computing ``reduction`` of ``trace``: for each element
     of its two-dimensional core, the fused value (the scalar function of the reduced symbol,
     called as an ``@njit`` helper), added into the accumulator. Its parameters are the
     ``arguments`` (a ``(m, n)`` core array where ``arrays`` says so, else a scalar) and the
-    one-element output."""
+    one-element output. ``blocked``: floating sums go through a buffer of :data:`BLOCK` values
+    (host targets; a GPU thread has no such buffer and adds one value at a time)."""
     acc, name = reduction.dtype, reduction.name
     mapped = numba.njit(scalar_function(trace, like, arguments, (reduction.symbol,)))
-    scope = {"mapped": mapped, "math": math, **HELPERS, **_CASTS, **COMPENSATED,
-             "k_init": acc.type(_initial(name, acc)), "__name__": like.__module__}
+    scope = {"mapped": mapped, "math": math, "np": np, **HELPERS, **_CASTS, **COMPENSATED,
+             "k_init": acc.type(_initial(name, acc)), "k_type": acc.type, "__name__": like.__module__}
     params = [f"a{i}" for i in arguments]
     first = params[arrays.index(True)]
     value = f"mapped({', '.join(f'{p}[i, j]' if a else p for p, a in zip(params, arrays))})"
     cast = f"({value}) != 0" if name in ("any", "all") else f"t_{acc.name}({value})"
-    compensated = name in ("sum", "mean") and acc.kind in "fc"
-    suffix = "_complex" if acc.kind == "c" else ""
-    combine = {"sum": "s = s + v", "mean": "s = s + v", "prod": f"s = t_{acc.name}(s * v)",
-               "min": "s = minimum(s, v)", "max": "s = maximum(s, v)", "any": "s = s | v",
-               "all": "s = s & v"}[name]
-    if compensated:
-        combine = f"p, q = compensated_add{suffix}(s, c, v)\n            s = t_{acc.name}(p)\n" \
-                  f"            c = t_{acc.name}(q)"
-    lines = [f"def reduce_{name}({', '.join(params)}, out):", "    s = k_init",
-             *(["    c = k_init - k_init"] if compensated else []),
-             f"    for i in range({first}.shape[0]):", f"        for j in range({first}.shape[1]):",
-             f"            v = {cast}", f"            {combine}",
-             f"    out[0] = compensated_total{suffix}(s, c)" if compensated else "    out[0] = s"]
+    loops = [f"    for i in range({first}.shape[0]):", f"        for j in range({first}.shape[1]):"]
+    if name in ("sum", "mean") and acc.kind in "fc":
+        lines = _compensated(acc, cast, first, loops, blocked)
+    else:
+        combine = {"sum": "s = s + v", "mean": "s = s + v", "prod": f"s = t_{acc.name}(s * v)",
+                   "min": "s = minimum(s, v)", "max": "s = maximum(s, v)", "any": "s = s | v",
+                   "all": "s = s & v"}[name]
+        lines = ["    s = k_init", *loops, f"            v = {cast}", f"            {combine}",
+                 "    out[0] = s"]
+    lines.insert(0, f"def reduce_{name}({', '.join(params)}, out):")
     exec(compile("\n".join(lines), f"<gpufuncs fused {like.__qualname__}, {name}>", "exec"), scope)
     body = scope[f"reduce_{name}"]
     body.__qualname__, body.__module__ = f"{like.__qualname__}.{name}", like.__module__
     body.source = "\n".join(lines) + "\n\n" + mapped.py_func.source
     return body
+
+
+def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
+    """A floating sum's statements: each value (or, ``blocked``, each block's sum, see
+    :func:`.reduction.block_sum`) added with Neumaier's compensation, real and imaginary parts
+    apart, in the accumulation dtype (the compensation is the rounding error of that dtype)."""
+    part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
+    parts = ("r", "i") if acc.kind == "c" else ("r",)
+    lines = [f"    s{k} = c{k} = t_{part.name}(0)" for k in parts]
+    if blocked:
+        lines += [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", loops[0],
+                  f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
+                  "            for j in range(j0, j0 + m):", f"                buf[j - j0] = {cast}",
+                  "            v = block_sum(buf, m, k_init)"]
+    else:
+        lines += [*loops, f"            v = {cast}"]
+    for k in parts:
+        component = ("v.real" if k == "r" else "v.imag") if acc.kind == "c" else "v"
+        lines += [f"            p, q = compensated_add(s{k}, c{k}, {component})",
+                  f"            s{k} = t_{part.name}(p)", f"            c{k} = t_{part.name}(q)"]
+    totals = [f"compensated_total(s{k}, c{k})" for k in parts]
+    return [*lines, f"    out[0] = {'complex(' + ', '.join(totals) + ')' if acc.kind == 'c' else totals[0]}"]
 
 
 def _initial(name: str, dtype: np.dtype) -> Any:

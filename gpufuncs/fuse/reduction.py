@@ -24,7 +24,9 @@ import numba
 import numpy as np
 
 from ..dispatch import Kernel
+from ..dispatch.args import describe
 from ..spec import KernelSpec, parse_layout, parse_loop
+from ..targets.base import DEVICE
 from .ops import Unfusable
 
 _ABSENT: Any = object()
@@ -161,7 +163,7 @@ class ReducingPart:
                  make_body: Callable[[tuple[bool, ...]], Callable[..., Any]]) -> None:
         self.reduction, self.arguments, self.name, self.names = reduction, arguments, name, names
         self._dtypes, self._make_body = dtypes, make_body
-        self._kernels: dict[tuple[bool, ...], Kernel] = {}
+        self._kernels: dict[tuple[tuple[bool, ...], bool], Kernel] = {}
 
     def __call__(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         r = self.reduction
@@ -179,7 +181,8 @@ class ReducingPart:
                              "which has no identity")
         out = options.pop("out", None)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
-        result = self._kernel(arrays)(*operands, **options)
+        on_device = options.get("target") == "cuda" or any(_on_device(v) for v in values)
+        result = self._kernel(arrays, on_device)(*operands, **options)
         if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
             result = r.ufunc.reduce(result, axis=tuple(range(len(kept), len(kept) + len(reduced) - 2)),
                                     dtype=r.dtype)
@@ -192,25 +195,32 @@ class ReducingPart:
         return result if out is None else _into(out, result, r)
 
     def source(self) -> str:
-        """The text of the kernel that calls with array arguments run."""
+        """The text of the kernel that host calls with array arguments run."""
         return self._make_body((True,) * len(self.arguments)).source
 
-    def _kernel(self, arrays: tuple[bool, ...]) -> Kernel:
-        found = self._kernels.get(arrays)
+    def _kernel(self, arrays: tuple[bool, ...], on_device: bool) -> Kernel:
+        """The kernel for arguments that are arrays where ``arrays`` says so: GPU threads add
+        one value at a time (``on_device``), host loops a block of values at a time."""
+        found = self._kernels.get((arrays, on_device))
         if found is None:
-            found = self._kernels[arrays] = Kernel(self._spec(arrays))
+            found = self._kernels[arrays, on_device] = Kernel(self._spec(arrays, on_device))
         return found
 
-    def _spec(self, arrays: tuple[bool, ...]) -> KernelSpec:
+    def _spec(self, arrays: tuple[bool, ...], on_device: bool) -> KernelSpec:
         from numba.np.numpy_support import from_dtype
 
         types = [f"{from_dtype(d)}[:, :]" if a else str(from_dtype(d)) for d, a in zip(self._dtypes, arrays)]
         signature = f"void({', '.join(types)}, {from_dtype(self.reduction.dtype)}[:])"
         layout = ",".join("(m,n)" if a else "()" for a in arrays) + "->()"
         nargs = len(arrays) + 1
-        return KernelSpec(name=self.name, pyfunc=self._make_body(arrays),
+        return KernelSpec(name=self.name, pyfunc=self._make_body(arrays, blocked=not on_device),
                           loops=(parse_loop(signature, nargs, True, nout=1),), layout=parse_layout(layout),
                           reference=None, tolerances={}, doc="", arg_names=(*self.names, "out"))
+
+
+def _on_device(value: Any) -> bool:
+    arg = describe(value)
+    return arg is not None and arg.role == DEVICE
 
 
 def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:
@@ -263,23 +273,36 @@ def compensated_add(s, c, v):
 
 
 @numba.njit
-def compensated_add_complex(s, c, v):
-    real, c_real = compensated_add(s.real, c.real, v.real)
-    imag, c_imag = compensated_add(s.imag, c.imag, v.imag)
-    return complex(real, imag), complex(c_real, c_imag)
-
-
-@numba.njit
 def compensated_total(s, c):
     # A sum that reached inf or NaN is that: the compensation of an infinite term is NaN.
     return s + c if math.isfinite(s) else s
 
 
+#: Values per block of a host reduction kernel's floating sum: NumPy's pairwise summation's
+#: (``PW_BLOCKSIZE``), whose blocks it sums with eight accumulators as :func:`block_sum` does.
+BLOCK = 128
+
+
 @numba.njit
-def compensated_total_complex(s, c):
-    return complex(compensated_total(s.real, c.real), compensated_total(s.imag, c.imag))
+def block_sum(values, m, zero):
+    """The sum of ``values[:m]`` (``m <= BLOCK``) as NumPy's pairwise summation sums a block:
+    eight running sums, combined pairwise, then the remainder (``zero``: of the values' type)."""
+    r0 = r1 = r2 = r3 = r4 = r5 = r6 = r7 = zero
+    whole = m - m % 8
+    for j in range(0, whole, 8):
+        r0 += values[j]
+        r1 += values[j + 1]
+        r2 += values[j + 2]
+        r3 += values[j + 3]
+        r4 += values[j + 4]
+        r5 += values[j + 5]
+        r6 += values[j + 6]
+        r7 += values[j + 7]
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for j in range(whole, m):
+        total += values[j]
+    return total
 
 
 #: The helpers by the names the reduction kernels' text uses.
-COMPENSATED = {f.py_func.__name__: f for f in (compensated_add, compensated_add_complex, compensated_total,
-                                               compensated_total_complex)}
+COMPENSATED = {f.py_func.__name__: f for f in (compensated_add, compensated_total, block_sum)}
