@@ -16,13 +16,27 @@ Suites (``--suite``, default ``all``):
   ``<name>_compose.*`` and ``gpu-<gpu>_compose.*``).
 
 Kernels come from the registry, each with its ``benchmark=gf.Benchmark(...)`` declaration
-(``--kernels`` picks some; a kernel without a declaration stops the run, naming it). A full run
-saves the tables under ``benchmarks/results/`` (``--name`` names the CPU files: ``cpu``,
-``cpu-16core``; the GPU files are named after the GPU), which ``benchmarks/figures.py`` turns
-into the performance page; ``--quick`` (n up to 10^6, fewer repetitions, about a minute on 2
-cores) and ``--targets-only`` save nothing there. ``--json PATH`` writes the
-run's meta (machine, GPU, versions, date, git commit), its tables and one row per measurement
-(:mod:`rows`); ``--plot DIR`` draws its PNGs (:mod:`plots`; needs the ``plot`` extra).
+(``--kernels`` picks some; a kernel without a declaration stops the run, naming it).
+
+What it prints (stdout; the progress line goes to stderr): a table per suite with one line per
+measurement, gpufuncs' time per call, each anchor's time measured in the same run and the ratio
+of the two (:mod:`report`); then the targets, each a goal one figure is held to, MET or NOT MET.
+Optional packages a suite or option needs are named at the start, with the command that
+installs them (``--plot`` without matplotlib stops there).
+
+What it writes: nothing, unless asked. ``--save`` writes the result files into
+``benchmarks/results/``, the committed results the performance page is generated from
+(``benchmarks/figures.py``; ``--name`` names the CPU files: ``cpu``, ``cpu-16core``; the GPU files
+are named after the GPU); ``--save DIR`` writes them into ``DIR`` instead. ``--quick`` (n up to
+10^6, fewer repetitions, about a minute on 2 cores) and ``--targets-only`` runs are saved only
+into a ``DIR``. ``--json PATH`` writes the run's meta (machine, GPU, versions, date, git commit),
+its tables and one row per measurement (:mod:`rows`); ``--plot DIR`` draws its PNGs
+(:mod:`plots`; needs the ``plot`` extra).
+
+``--compare [PATH]`` compares this run's ratios with earlier results (default: the committed
+``benchmarks/results/``, the files of the same machine names; or a ``--save DIR`` folder, or a
+``--json`` file) and lists each ratio worse or better by more than ``--threshold`` (25%: the
+noise between two runs, :mod:`compare`); ``--fail-on-regression`` then exits 1 on a regression.
 """
 
 from __future__ import annotations
@@ -31,41 +45,68 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import bench_compose, bench_cpu, bench_gpu, plots, rows
+from . import bench_compose, bench_cpu, bench_gpu, compare, plots, report, rows
 from .cases import Case, MissingBenchmarkError, cases
-from .harness import Progress, machine_info, save_results
+from .harness import (
+    RESULTS,
+    Progress,
+    add_save_argument,
+    machine_info,
+    missing_module,
+    not_saved_hint,
+    save_results,
+)
 
 SUITES = ("cpu", "overhead", "gpu")
 #: Suites run only when named.
 EXTRA_SUITES = ("compose", "compose_gpu")
+PROG = "python -m benchmarks"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=(
+        "Every benchmark suite of gpufuncs in one command: prints a table of times per call and "
+        "ratios against the anchors, and the targets met or not; saves nothing unless --save."))
     parser.add_argument("--suite", choices=(*SUITES, *EXTRA_SUITES, "all"), action="append",
                         help="suite to run (repeatable; default: all)")
     parser.add_argument("--quick", action="store_true",
-                        help="n up to 10^6, fewer repetitions, no crossover; nothing saved in results/")
+                        help="n up to 10^6, fewer repetitions, no crossover sweep")
     parser.add_argument("--kernels", type=_names, help="comma-separated kernel names (default: all)")
     parser.add_argument("--sizes", type=_sizes, help="comma-separated n, e.g. 1e3,1e6 (default: the "
                         "suite's own)")
     parser.add_argument("--dtypes", type=_dtypes, help="comma-separated: float32,float64 (default)")
+    add_save_argument(parser)
+    parser.add_argument("--name", default="cpu", help="CPU results file name, for --save and --compare "
+                        "(default: cpu)")
+    parser.add_argument("--compare", nargs="?", const=RESULTS, type=Path, metavar="PATH",
+                        help="compare this run's ratios with earlier results: a folder of result files "
+                        "(default: benchmarks/results/) or a --json file")
+    parser.add_argument("--threshold", type=float, default=100 * compare.THRESHOLD, metavar="PERCENT",
+                        help="--compare: a ratio worse by more than this is a regression "
+                        f"(default: {100 * compare.THRESHOLD:.0f})")
+    parser.add_argument("--fail-on-regression", action="store_true",
+                        help="--compare: exit 1 when a ratio regressed")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the run's meta, tables and rows")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write the run's PNG plots there")
     parser.add_argument("--large", action="store_true", help="cpu suite: add gaussian float64 at n=10^8")
     parser.add_argument("--targets-only", action="store_true",
-                        help="gpu suite: only the rows the targets name; nothing saved in results/")
-    parser.add_argument("--name", default="cpu", help="CPU results file name when saving (default: cpu)")
+                        help="gpu suite: only the rows the targets name")
     opts = parser.parse_args(argv)
     opts.suites = list(SUITES) if not opts.suite or "all" in opts.suite else list(dict.fromkeys(opts.suite))
+    opts.threshold /= 100
+    if opts.save and opts.save.resolve() == RESULTS.resolve() and (opts.quick or opts.targets_only):
+        # The committed results are what the performance page shows: full runs only.
+        parser.error("--save without DIR writes the committed benchmarks/results/, which keep full runs "
+                     "only: give --quick and --targets-only runs a folder of their own (--save DIR)")
+    if opts.fail_on_regression and not opts.compare:
+        parser.error("--fail-on-regression needs --compare")
     return opts
 
 
@@ -123,15 +164,13 @@ def _plan(opts: argparse.Namespace, selected: list[Case],
     return tables
 
 
-def run(opts: argparse.Namespace) -> dict[str, Any]:
-    """Run the chosen suites; the result: meta, tables (results-file shape), skipped suites
-    and one row per measurement."""
-    selected = cases(opts.kernels)
+def run(opts: argparse.Namespace, selected: list[Case] | None = None) -> dict[str, Any]:
+    """Run the chosen suites (of the kernels ``selected``, default ``--kernels``); the result:
+    meta, tables (results-file shape), skipped suites and one row per measurement."""
+    selected = cases(opts.kernels) if selected is None else selected
     skipped: dict[str, str] = {}
     load_before = os.getloadavg()[0]  # other work on the machine skews every figure
     planned = _plan(opts, selected, skipped)
-    for suite, reason in skipped.items():
-        print(f"{suite} suite skipped: {reason}", file=sys.stderr)
     progress = Progress(sum(len(steps) for steps in planned.values()))
     tables = {name: bench_cpu.run(steps, progress) for name, steps in planned.items()}
     tables = {name: table for name, table in tables.items() if table}
@@ -159,30 +198,99 @@ def _meta(opts: argparse.Namespace, tables: dict[str, list[dict[str, Any]]], loa
     return meta
 
 
-def save(result: dict[str, Any], opts: argparse.Namespace) -> list[Path]:
-    """Store the tables as ``results/<name>*.{json,txt}``, as the suites' scripts do."""
-    meta, tables = result["meta"], result["tables"]
+def preflight(opts: argparse.Namespace, selected: list[Case]) -> tuple[list[str], list[str]]:
+    """What is missing for this run, before it starts: errors (a package the options need:
+    nothing runs) and notes (a suite or rows left out), each naming how to install what is
+    missing."""
+    errors = [missing_module("matplotlib", 'python -m pip install ".[plot]" (the plot extra)', "--plot")
+              if opts.plot else None]
+    with_scipy = [c.name for c in selected if "scipy" in c.expressions()]
+    if "cpu" in opts.suites and with_scipy:
+        errors.append(missing_module(
+            "scipy", 'python -m pip install ".[bench]" (the bench extra), or leave them out with --kernels',
+            f"the cpu suite (the SciPy anchor of {', '.join(with_scipy)})"))
+    notes = []
+    for suite in (s for s in ("gpu", "compose_gpu") if s in opts.suites):
+        reason = bench_gpu.unavailable()
+        notes.append(f"{suite} suite skipped: {reason}" if reason else None)
+        if suite == "gpu" and not reason:
+            notes.append(missing_module("torch", "python -m pip install torch (its rows are left out)",
+                                        "the gpu suite's small calls on torch tensors"))
+    return [e for e in errors if e], [n for n in notes if n]
+
+
+def file_names(meta: dict[str, Any], cpu: str) -> dict[str, str]:
+    """The result file name of each table: ``cpu`` (``--name``) and its suffixes for the CPU
+    tables, ``gpu-<gpu>`` and its suffixes for the GPU ones."""
     gpu = f"gpu-{bench_gpu.slug(meta['gpu'])}" if meta.get("gpu") else "gpu"
-    names = {"cpu": opts.name, "cpu_overhead": f"{opts.name}_overhead",
-             "cpu_crossover": f"{opts.name}_crossover", "gpu": gpu, "gpu_small": f"{gpu}_small",
-             "cpu_compose": f"{opts.name}_compose", "gpu_compose": f"{gpu}_compose"}
-    return [save_results(names[key], table, list(dict.fromkeys(c for r in table for c in r)), meta)
+    return {"cpu": cpu, "cpu_overhead": f"{cpu}_overhead", "cpu_crossover": f"{cpu}_crossover",
+            "gpu": gpu, "gpu_small": f"{gpu}_small", "cpu_compose": f"{cpu}_compose",
+            "gpu_compose": f"{gpu}_compose"}
+
+
+def save(result: dict[str, Any], opts: argparse.Namespace) -> list[Path]:
+    """Store the tables as ``<opts.save>/<name>*.{json,txt}``, as the suites' scripts do."""
+    meta, tables = result["meta"], result["tables"]
+    names = file_names(meta, opts.name)
+    return [save_results(names[key], table, list(dict.fromkeys(c for r in table for c in r)), meta,
+                         opts.save)
             for key, table in tables.items()]
 
 
+def compare_run(result: dict[str, Any], opts: argparse.Namespace) -> int:
+    """Print the comparison of this run's ratios with ``opts.compare``'s; the exit status: 1 on a
+    regression with ``--fail-on-regression``, 2 when nothing could be compared."""
+    names = file_names(result["meta"], opts.name)
+    try:
+        baselines, missing = compare.load(opts.compare, compare.families(
+            result["tables"], names["cpu"], names["gpu"]))
+    except ValueError as exc:
+        print(f"{PROG} --compare: {exc}", file=sys.stderr)
+        return 2
+    for line in missing:
+        print(f"{PROG} --compare: {line}", file=sys.stderr)
+    compared = worse = 0
+    for baseline in baselines:
+        changes, unmatched = compare.compare(result["rows"], baseline)
+        for line in compare.lines(baseline, changes, unmatched, opts.threshold, result["meta"]):
+            print(line)
+        compared += len(changes)
+        worse += sum(c.flag(opts.threshold) == "worse" for c in changes)
+    if not compared:
+        print(f"{PROG} --compare: no ratio of this run is in {opts.compare} (other kernels, sizes or "
+              "machine names?): nothing compared", file=sys.stderr)
+        return 2
+    if worse and opts.fail_on_regression:
+        print(f"{worse} regression(s) beyond {opts.threshold:.0%}: exit status 1 (--fail-on-regression)")
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run, print a summary, and write what was asked for."""
+    """Check what the run needs, run it, print its table and targets, compare, and write what
+    was asked for; the exit status (2: the run could not start, or nothing was compared)."""
     opts = parse(argv)
     try:
-        result = run(opts)
+        selected = cases(opts.kernels)
     except (KeyError, MissingBenchmarkError) as exc:  # a kernel not registered, or not declared
-        print(f"python -m benchmarks: {exc.args[0]}", file=sys.stderr)
+        print(f"{PROG}: {exc.args[0]}", file=sys.stderr)
         return 2
-    for line in _summary(result):
+    errors, notes = preflight(opts, selected)
+    for line in notes:
+        print(line, file=sys.stderr)
+    if errors:
+        for line in errors:
+            print(f"{PROG}: {line}", file=sys.stderr)
+        return 2
+    result = run(opts, selected)
+    for line in report.suite_tables(result["rows"]) + report.verdict_lines(result["meta"], opts.quick):
         print(line)
-    if not (opts.quick or opts.targets_only):
-        for path in save(result, opts):
-            print(f"saved {path}")
+    status = compare_run(result, opts) if opts.compare else 0  # before --save can overwrite them
+    print()
+    for path in save(result, opts) if opts.save else ():
+        print(f"saved {path.with_suffix('.json')} and {path}")
+    if not opts.save:
+        print(not_saved_hint())
     if opts.json:
         opts.json.parent.mkdir(parents=True, exist_ok=True)
         opts.json.write_text(json.dumps(result, indent=1, default=str))
@@ -193,25 +301,11 @@ def main(argv: list[str] | None = None) -> int:
             picked = [r for r in result["rows"] if r["suite"].split()[0] in _suites_of(kind)]
             for path in plots.plot_rows(picked, opts.plot, kind, f"{title}, {kind}"):
                 print(f"wrote {path}")
-    return 0
+    return status
 
 
 def _suites_of(kind: str) -> tuple[str, ...]:
     return ("cpu", "overhead", "crossover") if kind == "cpu" else ("gpu",)
-
-
-def _summary(result: dict[str, Any]) -> list[str]:
-    """A few lines: rows per suite, skipped suites, the verdicts of the targets."""
-    counts: dict[str, int] = {}
-    for r in result["rows"]:
-        counts[r["suite"]] = counts.get(r["suite"], 0) + 1
-    lines = [f"{suite}: {count} rows" for suite, count in counts.items()]
-    lines += [f"{suite}: skipped ({reason})" for suite, reason in result["skipped"].items()]
-    for key, value in result["meta"].items():  # the targets' verdicts (the GPU's are a list)
-        for verdict in value if isinstance(value, list) else [value]:
-            if isinstance(verdict, str) and re.search(r"\b(met|NOT MET)\b", verdict):
-                lines.append(verdict if isinstance(value, list) else f"{key}: {verdict}")
-    return lines
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ def gpu_steps(timer: Any, sizes: tuple[int, ...] = GPU_SIZES,
 
 
 def gpu_verdicts(table: list[dict[str, Any]]) -> list[str]:
-    """The target per dtype and n, both modes."""
-    return [f"compose cuda {r['dtype']} n={r['n']:.0e} composed/hand: call+sync "
-            f"{verdict(r['composed/hand sync'])}; pipelined {verdict(r['composed/hand pipe'])}"
-            for r in table]
+    """The target per dtype and n, both modes, one line each."""
+    return [f"compose cuda {r['dtype']} n={r['n']:.0e} composed/hand {mode}: "
+            f"{verdict(r['composed/hand ' + key])}"
+            for r in table for mode, key in (("call+sync", "sync"), ("pipelined", "pipe"))]

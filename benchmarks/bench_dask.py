@@ -8,7 +8,8 @@ kept, nothing gathered), median of ``--repeat`` runs after a warm-up; peak memor
 peak resident set of one worker during the case (``VmHWM``, reset before it), and the sum over
 workers. Workers run with ``NUMBA_NUM_THREADS=1``, as Dask itself sets ``OMP_NUM_THREADS=1``:
 one thread per worker process, not one pool per worker each as large as the machine.
-Saved with :func:`harness.save_results` as ``results/<name>.{txt,json}``.
+The table is printed; ``--save`` writes it as ``benchmarks/results/<name>.{txt,json}``
+(:func:`harness.save_results`; ``--save DIR``: into ``DIR``). Needs the ``dask`` extra.
 """
 
 from __future__ import annotations
@@ -21,18 +22,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import dask
-import dask.array as da
-import distributed
 import numpy as np
-from distributed import Client, LocalCluster, futures_of, wait
+
+try:  # named at the start, with the extra that installs it, rather than a traceback
+    import dask
+    import dask.array as da
+    import distributed
+    from distributed import Client, LocalCluster, futures_of, wait
+except ImportError as exc:
+    raise SystemExit(f"bench_dask needs {exc.name}, which is not installed: "
+                     'python -m pip install ".[dask]" (the dask extra)') from None
 
 import gpufuncs as gf
 
 try:  # run as a script or as a module
-    from harness import format_table, machine_info, measure, save_results
+    from harness import add_save_argument, format_table, machine_info, measure, not_saved_hint, save_results
 except ImportError:
-    from .harness import format_table, machine_info, measure, save_results
+    from .harness import add_save_argument, format_table, machine_info, measure, not_saved_hint, save_results
 
 COLUMNS = ("case", "n", "how", "seconds", "x_parallel", "x_numpy_dask", "peak_worker_MB", "sum_workers_MB")
 X0, SIGMA = 0.5, 1.5
@@ -109,6 +115,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--name", default=None, help="result file name (default dask-<cores>core)")
+    add_save_argument(parser)
     args = parser.parse_args()
     n_gauss, n_herm = (10**7, 10**6) if args.quick else (10**9, 10**8)
     orders = 32
@@ -127,7 +134,7 @@ def main() -> None:
                          "method": "persist a persisted input's result; median of "
                                    f"{args.repeat} after a warm-up"})
     name = args.name or f"dask-{os.cpu_count()}core"
-    print("saved", save_results(name, rows, COLUMNS, meta))
+    print("saved", save_results(name, rows, COLUMNS, meta, args.save) if args.save else not_saved_hint())
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ The chain of issue 31, ``clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1)`` on f
   ``torch.compile`` (default mode, after its warm-up) where PyTorch is installed.
 
 Run ``python -m benchmarks.bench_fuse`` (the host; ``--target parallel`` for all cores) or
-``python -m benchmarks.bench_fuse --gpu`` (CuPy arrays on the first GPU). Results are written
-to ``benchmarks/results/<name>_fuse.{json,txt}`` (``--name``). Ratios are medians of
+``python -m benchmarks.bench_fuse --gpu`` (CuPy arrays on the first GPU). The rows are printed;
+``--save`` writes them to ``benchmarks/results/<name>_fuse.{json,txt}`` (``--name``; ``--save
+DIR``: into ``DIR``). numexpr and PyTorch, where not installed, are named at the start and
+left out. Ratios are medians of
 interleaved repetitions (see :func:`harness.measure_pair`), times medians after warm-up; GPU
 times are call + synchronize and pipelined (a stream of calls, one synchronize).
 """
@@ -22,6 +24,7 @@ import argparse
 import functools
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,9 +33,8 @@ import numpy as np
 
 import gpufuncs as gf
 
-from .harness import machine_info, measure, measure_pair
+from .harness import add_save_argument, machine_info, measure, measure_pair, missing_module, not_saved_hint
 
-RESULTS = Path(__file__).parent / "results"
 MU, SIGMA, W = 0.5, 1.5, 2.0
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
@@ -135,12 +137,27 @@ def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def _save(name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}_fuse.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+def _save(name: str, rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}_fuse.json"
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     lines = [f"{k}: {v}" for k, v in meta.items()] + [""]
     lines += ["  ".join(f"{k}={v}" for k, v in row.items()) for row in rows]
-    (RESULTS / f"{name}_fuse.txt").write_text("\n".join(lines) + "\n")
+    (directory / f"{name}_fuse.txt").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _missing(gpu: bool) -> tuple[str | None, list[str]]:
+    """What this run cannot do without: an error (CuPy for ``--gpu``), and the anchors left out."""
+    prog = "python -m benchmarks.bench_fuse"
+    if gpu:
+        error = missing_module("cupy", "python -m pip install cupy-cuda12x", f"{prog} --gpu")
+        notes = [missing_module("torch", "python -m pip install torch (left out)",
+                                "the torch.compile anchor")]
+    else:
+        error = None
+        notes = [missing_module("numexpr", "python -m pip install numexpr (left out)", "the numexpr anchor")]
+    return error, [n for n in notes if n]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,7 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--name", default=None, help="results file prefix")
     parser.add_argument("--sizes", default=None, help="comma-separated sizes")
+    add_save_argument(parser)
     opts = parser.parse_args(argv)
+    error, notes = _missing(opts.gpu)
+    for line in notes:
+        print(line, file=sys.stderr)
+    if error:
+        raise SystemExit(error)
     default = (10**5, 10**7, 10**8) if opts.gpu else (10**5, 10**7)
     sizes = tuple(int(float(s)) for s in opts.sizes.split(",")) if opts.sizes else default
     rows = gpu_rows(sizes, opts.quick) if opts.gpu else cpu_rows(sizes, opts.target, opts.quick)
@@ -158,7 +181,11 @@ def main(argv: list[str] | None = None) -> None:
                          "chain": "clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1), float32"})
     for row in rows:
         print(row, flush=True)
-    _save(opts.name or ("gpu" if opts.gpu else f"cpu-{opts.target}"), rows, meta)
+    name = opts.name or ("gpu" if opts.gpu else f"cpu-{opts.target}")
+    if opts.save:
+        print("saved", _save(name, rows, meta, opts.save))
+    else:
+        print(not_saved_hint())
 
 
 if __name__ == "__main__":

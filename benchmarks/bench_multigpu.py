@@ -12,10 +12,10 @@ Run ``python benchmarks/bench_multigpu.py`` on a machine with two or more GPUs (
   with ``out=`` per GPU, each GPU driven by a thread of its own, all started together and
   synchronized, against the same calls, all of them on GPU 0 from one thread; target >= 1.8x.
 
-Medians of ``--repeat`` after a warm-up. Saved with :func:`harness.save_results` as
-``results/multigpu-<gpu>.{txt,json}`` when two or more GPUs took part. ``--gpus 0,0`` runs the
-device-resident case with two threads on GPU 0 (with one GPU: the script's own check, saved
-nowhere).
+Medians of ``--repeat`` after a warm-up. The table is printed; ``--save`` writes it with
+:func:`harness.save_results` as ``benchmarks/results/multigpu-<gpu>.{txt,json}`` (``--save DIR``:
+into ``DIR``) when two or more GPUs took part. ``--gpus 0,0`` runs the device-resident case with
+two threads on GPU 0 (with one GPU: the script's own check, saved nowhere).
 """
 
 from __future__ import annotations
@@ -32,9 +32,25 @@ import numpy as np
 import gpufuncs as gf
 
 try:  # run as a script or as a module
-    from harness import format_table, machine_info, measure_pair, save_results
+    from harness import (
+        add_save_argument,
+        format_table,
+        machine_info,
+        measure_pair,
+        missing_module,
+        not_saved_hint,
+        save_results,
+    )
 except ImportError:
-    from .harness import format_table, machine_info, measure_pair, save_results
+    from .harness import (
+        add_save_argument,
+        format_table,
+        machine_info,
+        measure_pair,
+        missing_module,
+        not_saved_hint,
+        save_results,
+    )
 
 COLUMNS = ("case", "n", "gpus", "seconds_all", "seconds_one", "speedup", "target")
 X0, SIGMA = 0.5, 1.5
@@ -145,11 +161,18 @@ def main() -> None:
     parser.add_argument("--gpus", type=lambda t: [int(g) for g in t.split(",")], default=None,
                         help="GPUs of the device-resident case (default: every GPU)")
     parser.add_argument("--repeat", type=int, default=5)
+    add_save_argument(parser)
     args = parser.parse_args()
+    missing = missing_module("cupy", "python -m pip install cupy-cuda12x", "bench_multigpu")
+    if missing:
+        raise SystemExit(missing)
     gpus = args.gpus or list(range(device_count()))
     rows = [host_case(args.n, args.repeat), ceiling_case(4 * args.n, gpus, args.repeat),
             device_case(args.device_n, gpus, args.calls, args.repeat)]
     print(format_table(rows, COLUMNS))
+    if not args.save:
+        print(not_saved_hint())
+        return
     if device_count() < 2 or len(set(gpus)) < 2:
         print(f"not saved: {device_count()} GPU(s) visible, {len(set(gpus))} used")
         return
@@ -157,7 +180,7 @@ def main() -> None:
     name = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
     meta = machine_info({"gpus": f"{device_count()} x {gpu}",
                          "method": f"medians of {args.repeat} after a warm-up, interleaved"})
-    print("saved", save_results(f"multigpu-{name}", rows, COLUMNS, meta))
+    print("saved", save_results(f"multigpu-{name}", rows, COLUMNS, meta, args.save))
 
 
 if __name__ == "__main__":

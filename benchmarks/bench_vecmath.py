@@ -9,8 +9,9 @@ size and the repetitions). For each function and dtype it times, at 10**6 contig
 
 Times are medians of ``--repeat`` runs after warm-up, in milliseconds; the ratios are
 ``libm / vecmath`` (speed-up of the replacement) and ``vecmath / numpy`` (above 1: slower than
-NumPy). The table is printed and saved as ``results/vecmath.txt`` (and ``.json``) with the
-machine, the CPU LLVM compiled for and the library versions; ``--no-save`` only prints it.
+NumPy). The table is printed; ``--save`` writes it as ``benchmarks/results/vecmath.txt`` (and
+``.json``; ``--save DIR``: into ``DIR``) with the machine, the CPU LLVM compiled for and the
+library versions.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from harness import machine_info, save_results  # (this folder is on sys.path: run as a script)
+from harness import (  # (this folder is on sys.path: run as a script)
+    add_save_argument,
+    machine_info,
+    not_saved_hint,
+    save_results,
+)
 from numba import njit
 
 from gpufuncs.targets.cpu import vecmath
@@ -117,18 +123,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10**6, help="elements per call (10**6)")
     parser.add_argument("--repeat", type=int, default=15, help="timed calls per median (15)")
-    parser.add_argument("--no-save", action="store_true", help="print the table only")
+    add_save_argument(parser)
     args = parser.parse_args()
     print(f"n = {args.n}, median of {args.repeat} calls after warm-up, times in ms\n")
     rows = run(args.n, args.repeat)
     print(table(rows))
-    if not args.no_save:
+    if not args.save:
+        print(not_saved_hint())
+    else:
         codegen = njit(lambda: None).targetctx.codegen()
         meta = machine_info({"llvm cpu": codegen.magic_tuple()[1], "threads": 1,
                              "scaling by vscalef (AVX-512)": vecmath.has_avx512(codegen),
                              "n": args.n, "unit": f"ms per call, median of {args.repeat}"})
         rounded = [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()} for r in rows]
-        print("saved", save_results("vecmath", rounded, list(rows[0]), meta))
+        print("saved", save_results("vecmath", rounded, list(rows[0]), meta, args.save))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
 import json
 import os
 import platform
@@ -207,25 +208,58 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
 
 def save_results(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[str],
-                 meta: dict[str, Any]) -> Path:
-    """Write ``results/<name>.json`` (rows + meta) and ``results/<name>.txt`` (the table)."""
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": list(rows)}, indent=1))
+                 meta: dict[str, Any], directory: Path = RESULTS) -> Path:
+    """Write ``<directory>/<name>.json`` (rows + meta) and ``<directory>/<name>.txt`` (the
+    table); ``directory`` defaults to the committed ``benchmarks/results/``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": list(rows)}, indent=1))
     header = "\n".join(f"# {k}: {v}" for k, v in meta.items())
-    path = RESULTS / f"{name}.txt"
+    path = directory / f"{name}.txt"
     path.write_text(header + "\n\n" + format_table(rows, columns) + "\n")
     return path
 
 
+def add_save_argument(parser: argparse.ArgumentParser) -> None:
+    """``--save [DIR]``, the same in every benchmark: without it a run writes no file; with it,
+    the result files go to ``DIR``, or to the committed ``benchmarks/results/`` when none is
+    given (``opts.save``: the folder, or ``None``)."""
+    parser.add_argument("--save", nargs="?", const=RESULTS, type=Path, metavar="DIR",
+                        help="write the result files (.json and .txt) into DIR; without DIR into "
+                             "benchmarks/results/, the committed results the performance page is "
+                             "generated from (default: save nothing)")
+
+
+def missing_module(name: str, install: str, needed_for: str) -> str | None:
+    """A line naming module ``name``, what needs it and how to install it, when it is not
+    installed; else ``None``. Found without importing it (torch takes seconds to import)."""
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        found = False
+    return None if found else f"{needed_for} needs {name}, which is not installed: {install}"
+
+
+def not_saved_hint() -> str:
+    """What a run that saved nothing says: how to keep its results."""
+    return ("not saved (--save writes the result files into benchmarks/results/, the committed "
+            "results; --save DIR elsewhere)")
+
+
 def host_or_gpu_main(prog: str, description: str, stem: str, host_rows: Callable[[], list[dict[str, Any]]],
                      gpu_rows: Callable[[], list[dict[str, Any]]], argv: list[str] | None) -> int:
-    """The command line of a benchmark with a host table and a ``--gpu`` one: run one, save it
-    as ``results/<stem>.*`` or ``results/<stem>-<gpu>.*`` (``--name`` to change it), print it."""
+    """The command line of a benchmark with a host table and a ``--gpu`` one: run one and print
+    it; with ``--save [DIR]`` save it as ``<stem>.*`` or ``<stem>-<gpu>.*`` (``--name`` to
+    change it) in ``DIR`` or ``benchmarks/results/``."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--gpu", action="store_true", help="CuPy arrays on the GPU")
     parser.add_argument("--name", help=f"results file name (default: {stem}, or {stem}-<gpu> with --gpu)")
+    add_save_argument(parser)
     opts = parser.parse_args(argv)
     if opts.gpu:
+        missing = missing_module("cupy", "python -m pip install cupy-cuda12x", f"{prog} --gpu")
+        if missing:
+            print(f"{prog}: {missing}", file=sys.stderr)
+            return 2
         import cupy as cp
 
         gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
@@ -235,6 +269,10 @@ def host_or_gpu_main(prog: str, description: str, stem: str, host_rows: Callable
     else:
         rows = host_rows()
         name, meta = opts.name or stem, machine_info()
-    path = save_results(name, rows, list(rows[0]), meta)
-    print(path.read_text())
+    print(format_table(rows, list(rows[0])))
+    if opts.save is None:
+        print(not_saved_hint())
+    else:
+        path = save_results(name, rows, list(rows[0]), meta, opts.save)
+        print(f"saved {path.with_suffix('.json')} and {path}")
     return 0

@@ -40,15 +40,15 @@ import gpufuncs as gf
 CPU_TARGETS = ("cpu", "parallel", "auto")
 ANCHORS = ("x_numpy", "x_scipy", "x_numba", "x_copy", "x_cupy", "x_copy_pipelined",
            "x_cupy_pipelined", "x_pinned")
-TABLE_SUFFIXES = ("", "_overhead", "_crossover", "_small")
+TABLE_SUFFIXES = ("", "_overhead", "_crossover", "_small", "_compose")
 
 
 def load_tables(name: str, directory: Path) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """The meta and tables of the result files ``<directory>/<name>*.json``.
 
     Tables are keyed as a run of ``python -m benchmarks`` keys them: ``cpu``, ``cpu_overhead``,
-    ``cpu_crossover`` for a CPU family (``cpu-16core``: its files), ``gpu``, ``gpu_small`` for
-    a GPU one (``gpu-h100``).
+    ``cpu_crossover``, ``cpu_compose`` for a CPU family (``cpu-16core``: its files), ``gpu``,
+    ``gpu_small``, ``gpu_compose`` for a GPU one (``gpu-h100``).
     """
     kind = "gpu" if name.startswith("gpu") else "cpu"
     meta: dict[str, Any] = {}
