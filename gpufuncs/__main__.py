@@ -11,15 +11,22 @@ Errors are shown as ULPs of the dtype for elementwise kernels and, for gufuncs, 
 units of the dtype's epsilon: the largest ``|result - reference|`` divided by the largest
 ``|reference|`` along the core dimension, which is how their tolerances are declared (per
 element, the small entries of a ``hermite_norm`` row would show errors of 10^5 ULP that are
-rounding noise next to the row's large entries).
+rounding noise next to the row's large entries). Each error is shown next to its allowance,
+the declared tolerance in the same unit (:func:`allowance`).
+
+``python -m gpufuncs warmup`` compiles kernels into Numba's disk cache instead (see
+:mod:`gpufuncs.warmup`). Output cut short by its reader (``| head``) ends the command quietly,
+with exit status 141, as a Unix tool stopped by ``SIGPIPE``.
 
     python -m gpufuncs [--kernels NAMES] [--targets NAMES] [--quick] [--json]
+    python -m gpufuncs warmup [--kernels NAMES] [--targets NAMES] [--dtypes NAMES] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import timeit
 from collections.abc import Callable, Iterator
@@ -30,7 +37,8 @@ import numpy as np
 
 import gpufuncs as gf
 from gpufuncs.dispatch import Kernel
-from gpufuncs.spec import KernelSpec
+from gpufuncs.spec import KernelSpec, Tolerance
+from gpufuncs.targets import get_target
 
 #: Points per kernel and dtype in the self-check.
 POINTS = 4096
@@ -38,20 +46,45 @@ POINTS = 4096
 CHECK_CORE_SIZE, TIMING_CORE_SIZE = 32, 8
 #: Elements per input in the timing table.
 TIMING_SIZE = 10**6
+#: The exit status when the reader of the output went away (``| head``): a shell's for a
+#: command stopped by ``SIGPIPE``.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+def unavailable_targets() -> dict[str, str]:
+    """The targets that cannot run here, each with the reason its target gives."""
+    return {name: get_target(name).unavailable_reason() or "unavailable"
+            for name in ("cpu", "parallel", "cuda") if name not in gf.available_targets()}
 
 
 def environment() -> list[str]:
-    """Lines describing the versions and the targets available here."""
+    """Lines describing the versions, the targets available here (and why the others are not),
+    and where the disk cache is."""
+    from gpufuncs.warmup import cache_setting
+
     targets = gf.available_targets()
     lines = [f"gpufuncs {gf.__version__}  (numpy {np.__version__}, numba {numba.__version__}, "
              f"Python {sys.version.split()[0]})",
              f"targets available: {', '.join(targets)}"]
+    lines += [f"{name} not available: {reason}" for name, reason in unavailable_targets().items()]
     if "cuda" in targets:
         from numba import cuda
 
         name = cuda.get_current_device().name
         lines.append(f"GPU: {name.decode() if isinstance(name, bytes) else name}")
+    lines.append(cache_setting())
     return lines
+
+
+def environment_fields() -> dict[str, Any]:
+    """What :func:`environment` says, as fields for ``--json``."""
+    from gpufuncs.warmup import cache_directory
+
+    return {"versions": {"gpufuncs": gf.__version__, "numpy": np.__version__, "numba": numba.__version__,
+                         "python": sys.version.split()[0]},
+            "targets_available": list(gf.available_targets()),
+            "targets_unavailable": unavailable_targets(),
+            "disk_cache": cache_directory()}
 
 
 def kernel_lines() -> list[str]:
@@ -90,6 +123,23 @@ def check_inputs(spec: KernelSpec, dtype: np.dtype) -> list[np.ndarray]:
             for name in spec.input_names]
 
 
+def allowance(tol: Tolerance, dtype: np.dtype, unit: str) -> float | None:
+    """The declared tolerance ``tol`` in the unit of a row's error (``ulp`` or ``eps``).
+
+    In ``eps`` (gufuncs, norm-wise) it is ``rtol / eps``. In ``ulp`` it is ``rtol / eps`` or the
+    declared ``ulps``, whichever is larger: a relative tolerance of ``rtol`` admits at least
+    ``rtol / eps`` ULPs anywhere (up to twice that at the top of a binade), and the check passes
+    a point within either. ``None`` for a tolerance that is absolute only (``atol``), which has
+    no size in ULPs.
+    """
+    eps = float(np.finfo(dtype).eps)
+    if unit == "eps":
+        return tol.rtol / eps
+    if tol.rtol == 0 and tol.ulps is None and tol.atol > 0:
+        return None
+    return max(tol.rtol / eps, float(tol.ulps or 0))
+
+
 def comparison() -> tuple[Callable[..., dict[str, Any]] | None, str | None]:
     """:func:`gpufuncs.testing.compare` as a function giving a row's error fields, or ``None``
     and the reason when it cannot be imported (it needs Hypothesis: the ``check`` extra)."""
@@ -102,9 +152,8 @@ def comparison() -> tuple[Callable[..., dict[str, Any]] | None, str | None]:
     def errors(kernel: Kernel, args: tuple, result: np.ndarray, dtype: np.dtype, target: str) -> dict:
         found = compare(kernel, args, result, dtype=dtype, target=target)
         if kernel.spec.layout is not None:  # norm-wise, as gufunc tolerances are declared
-            return {"rel": found.max_rel, "error": found.max_rel / float(np.finfo(dtype).eps),
-                    "unit": "eps"}
-        return {"rel": found.max_rel, "error": found.max_ulp, "unit": "ulp"}
+            return {"rel": found.max_rel, "error": found.max_rel / float(np.finfo(dtype).eps)}
+        return {"rel": found.max_rel, "error": found.max_ulp}
 
     return errors, None
 
@@ -133,20 +182,25 @@ def to_host(result: Any) -> np.ndarray:
 
 def check_rows(kernel: Kernel, targets: tuple[str, ...], errors: Callable[..., dict]) -> Iterator[dict]:
     """Check ``kernel`` for each of its dtypes on each target; one row per (target, dtype)."""
+    unit = "ulp" if kernel.spec.layout is None else "eps"
     for dtype in (loop.dtype for loop in kernel.spec.loops):
         args = (*check_inputs(kernel.spec, dtype), *core_sizes(kernel, CHECK_CORE_SIZE))
         for target in targets:
-            row: dict[str, Any] = {"kernel": kernel.__name__, "target": target, "dtype": str(dtype)}
+            tol = kernel.spec.tolerance(dtype, target)
+            row: dict[str, Any] = {
+                "kernel": kernel.__name__, "target": target, "dtype": str(dtype), "status": "FAIL",
+                "passed": False, "error": None, "rel": None, "unit": unit,
+                "allowance": allowance(tol, dtype, unit),
+                "tolerance": {"rtol": tol.rtol, "atol": tol.atol, "ulps": tol.ulps}}
             try:
                 with np.errstate(all="ignore"):
                     result = to_host(kernel(*args, target=target))
-                row.update(errors(kernel, args, result, dtype, target))
-                row["status"] = "ok"
+                row.update(errors(kernel, args, result, dtype, target), status="ok", passed=True)
             except ImportError as exc:  # the reference needs SciPy, say
-                row["status"] = "skipped"
-                row["note"] = f"the reference needs {exc.name or exc}, which is not installed"
+                row.update(status="skipped", passed=None,
+                           note=f"the reference needs {exc.name or exc}, which is not installed")
             except Exception as exc:  # a mismatch, or a kernel that fails to compile or run
-                row["status"], row["note"] = "FAIL", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                row["note"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             yield row
 
 
@@ -189,17 +243,28 @@ def print_checks(check: dict[str, Any]) -> None:
         return
     print(f"\nself-check, {POINTS} points per kernel and dtype (gufunc core size {CHECK_CORE_SIZE}), "
           "with gpufuncs.testing.compare:")
-    print(f"  {'kernel':<14}{'target':<10}{'dtype':<9}{'max rel err':>12}{'max error':>14}  OK")
+    print(f"  {'kernel':<14}{'target':<10}{'dtype':<9}{'max rel err':>12}  {'max error of allowance':<24}OK")
     for r in check["rows"]:
-        err = (f"{r['rel']:>12.2e}{r['error']:>10.1f} {r['unit']:<3}" if "rel" in r
-               else f"{'-':>12}{'-':>14}")
-        print(f"  {r['kernel']:<14}{r['target']:<10}{r['dtype']:<9}{err}  {r['status']}"
+        print(f"  {r['kernel']:<14}{r['target']:<10}{r['dtype']:<9}{error_cells(r)}{r['status']}"
               + (f"  ({r['note']})" if "note" in r else ""))
     print("  max rel err: to |reference|, or to its largest value along the core dimension for gufuncs;\n"
           "  near 1 only where results underflow (atol or ULPs apply there).\n"
           "  max error: ulp = units in the last place of the dtype, per element (elementwise kernels);\n"
           "  eps = norm-wise, max |result - reference| / max |reference| along the core dimension,\n"
-          "  in units of the dtype's epsilon (gufuncs, as their tolerances are declared).")
+          "  in units of the dtype's epsilon (gufuncs, as their tolerances are declared).\n"
+          "  allowance: the declared tolerance in the same unit (rtol/eps, or the declared ulps if more);\n"
+          "  rtol admits up to twice as many ULPs at the top of a binade, atol more where results\n"
+          "  underflow: each point is checked against the exact rule.")
+
+
+def error_cells(row: dict[str, Any]) -> str:
+    """The max rel err and ``max error of allowance`` cells of a check row (``-`` where no
+    error was measured: a failed or skipped check)."""
+    rel = f"{row['rel']:>12.2e}" if row["rel"] is not None else f"{'-':>12}"
+    error = f"{row['error']:.1f} {row['unit']}" if row["error"] is not None else f"- {row['unit']}"
+    allowed = (f"of {row['allowance']:g}" if row["allowance"] is not None
+               else f"(atol {row['tolerance']['atol']:g})")
+    return f"{rel}  {error + ' ' + allowed:<24}"
 
 
 def print_timings(rows: list[dict[str, Any]], targets: tuple[str, ...]) -> None:
@@ -233,7 +298,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "every kernel on every target against its NumPy/SciPy reference, and timings at "
                     f"{TIMING_SIZE:.0e} elements. Exit status: 0 when no check failed (also when the "
                     "self-check is skipped because the check extra is not installed), 1 when one "
-                    "failed, 2 for a bad option.")
+                    "failed, 2 for a bad option.",
+        epilog="Other command: 'python -m gpufuncs warmup' compiles kernels into Numba's disk cache "
+               "ahead of time (for containers and clusters); see 'python -m gpufuncs warmup --help'.")
     parser.add_argument("--kernels", metavar="NAMES", type=_names,
                         help="comma-separated kernel names (default: every registered kernel: "
                              f"{', '.join(gf.names())})")
@@ -254,15 +321,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if target not in ("cpu", "parallel", "cuda"):
             parser.error(f"unknown target {target!r}; targets: cpu, parallel, cuda")
         if target not in gf.available_targets():
-            from gpufuncs.targets import get_target
-
             reason = get_target(target).unavailable_reason()
             parser.error(f"target {target!r} is not available here: {reason}")
     return opts
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the report; return the exit status (1 if any check failed)."""
+    """Print the report, or run the ``warmup`` command; return the exit status (1 if any check
+    failed)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["warmup"]:
+        from gpufuncs.warmup import main as warmup_main
+
+        return warmup_main(argv[1:])
     opts = parse_args(argv)
     kernels = [gf.registry[name] for name in opts.kernels or gf.names()]
     targets = tuple(opts.targets or gf.available_targets())
@@ -272,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     check = run_checks(kernels, targets)
     timings = [] if opts.quick else [timing_row(kernel, targets) for kernel in kernels]
     if opts.json:
-        print(json.dumps({"environment": environment(), "targets": list(targets),
+        print(json.dumps({"environment": environment(), **environment_fields(), "targets": list(targets),
                           "kernels": [{"name": k.__name__, "types": list(k.types),
                                        "layout": k.signature} for k in kernels],
                           "check": check, "timings": {"size": TIMING_SIZE, "unit": "ms", "rows": timings},
@@ -285,5 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if check["status"] == "failed" else 0
 
 
+def run(argv: list[str] | None = None) -> int:
+    """:func:`main`, ending quietly when the output's reader goes away (``| head``)."""
+    try:
+        status = main(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that no second error
+        # is printed there (the recipe of Python's signal documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

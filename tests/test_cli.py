@@ -9,6 +9,7 @@ a meta-path hook that makes ``import hypothesis`` and ``import scipy`` fail as t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -28,10 +29,21 @@ sys.meta_path.insert(0, _NotInstalled())
 """
 
 
-def run(*args: str, code: str | None = None) -> subprocess.CompletedProcess:
+def run(*args: str, code: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python -m gpufuncs ARGS``, or ``python -c CODE ARGS`` (``sys.argv[1:]`` = ARGS)."""
     command = [sys.executable, *(["-c", code] if code else ["-m", "gpufuncs"]), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+
+
+def without_cuda() -> dict[str, str]:
+    """An environment in which the cuda target is unavailable, GPU or not (Numba's own switch)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return {**env, "NUMBA_DISABLE_CUDA": "1"}
+
+
+#: What the cuda target says under :func:`without_cuda`.
+NO_CUDA = "no CUDA driver or no CUDA GPU was found (numba.cuda.is_available() is False)"
 
 
 def test_help_prints_usage_and_every_option():
@@ -41,34 +53,51 @@ def test_help_prints_usage_and_every_option():
     for option in ("--kernels", "--targets", "--quick", "--json"):
         assert option in proc.stdout
     assert "self-check" in proc.stdout and "hermite_norm" in proc.stdout  # what it does, the kernels
+    assert "python -m gpufuncs warmup" in proc.stdout  # the other command
 
 
 def test_quick_json_check_gives_ulps_for_ufuncs_and_normwise_eps_for_gufuncs():
-    proc = run("--quick", "--json", "--kernels", "exp,hermite_norm", "--targets", "cpu")
+    proc = run("--quick", "--json", "--kernels", "exp,hermite_norm,gaussian", "--targets", "cpu",
+               env=without_cuda())
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     check = report["check"]
     assert check["status"] == "passed" and report["verdict"] == "all checks passed"
     rows = {(r["kernel"], r["dtype"]): r for r in check["rows"]}
-    assert set(rows) == {(k, d) for k in ("exp", "hermite_norm") for d in ("float32", "float64")}
+    kernels = ("exp", "hermite_norm", "gaussian")
+    assert set(rows) == {(k, d) for k in kernels for d in ("float32", "float64")}
     assert {r["target"] for r in check["rows"]} == {"cpu"}
-    assert all(r["status"] == "ok" for r in rows.values())
+    assert all(r["status"] == "ok" and r["passed"] is True for r in rows.values())
     for dtype in ("float32", "float64"):
         exp, hermite = rows["exp", dtype], rows["hermite_norm", dtype]
-        assert exp["unit"] == "ulp" and exp["error"] <= 1.0  # exp declares 1 ULP
+        # Numbers, next to the allowance in the same unit: exp declares 1 ULP.
+        assert exp["unit"] == "ulp" and exp["allowance"] == 1.0 and 0 < exp["error"] <= 1.0
+        assert exp["tolerance"] == {"rtol": 0.0, "atol": 0.0, "ulps": 1}
         # Norm-wise in eps, within hermite_norm's declared rtol of 64 eps: a number a reader can
         # compare with the tolerance (per element the same row showed up to 5e5 ULP).
-        assert hermite["unit"] == "eps" and 0 < hermite["error"] <= 64
+        assert hermite["unit"] == "eps" and hermite["allowance"] == 64.0 and 0 < hermite["error"] <= 64
         assert hermite["error"] == hermite["rel"] / np.finfo(dtype).eps
+    # gaussian's allowances: its rtol in ULPs (200 eps in float32), or its ulps where larger
+    # (float64: rtol 4 eps and 4 ULPs).
+    assert rows["gaussian", "float32"]["allowance"] == 200.0
+    assert rows["gaussian", "float64"]["allowance"] == 4.0
     assert report["timings"]["rows"] == []  # --quick: no timing table
+    # The environment as fields: why cuda is not here, the versions, the disk cache.
+    assert report["targets_unavailable"] == {"cuda": NO_CUDA}
+    assert report["targets_available"] == ["cpu", "parallel"]
+    assert report["versions"]["numpy"] == np.__version__
+    assert isinstance(report["disk_cache"], str) and report["disk_cache"]
 
 
 def test_table_shows_the_units_and_timings_compare_with_the_reference():
-    proc = run("--kernels", "hermite_norm", "--targets", "cpu")
+    proc = run("--kernels", "hermite_norm", "--targets", "cpu", env=without_cuda())
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
+    assert f"cuda not available: {NO_CUDA}" in lines  # why, not just its absence
     rows = [line.split() for line in lines if line.startswith("  hermite_norm  cpu")]
-    assert [r[-2:] for r in rows] == [["eps", "ok"], ["eps", "ok"]], proc.stdout
+    # Each error next to its allowance: "4.9 eps of 64".
+    assert [r[-4:] for r in rows] == [["eps", "of", "64", "ok"]] * 2, proc.stdout
+    assert all(0 < float(r[-5]) <= 64 for r in rows)
     timing = next(line for line in lines if line.startswith("timings, ms per call"))
     row = lines[lines.index(timing) + 2].split()
     assert row[0] == "hermite_norm" and len(row) == 3 and all(float(v) > 0 for v in row[1:])
@@ -104,7 +133,23 @@ sys.exit(main(sys.argv[1:]))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     fails = [line for line in proc.stdout.splitlines() if line.startswith("  not_exp       cpu ")]
     assert len(fails) == 2 and all("FAIL  (AssertionError: not_exp (dtype" in f for f in fails), fails
+    # No error measured (the check raised), and the allowance: the default 5 eps, relative.
+    assert all(f.split()[3:8] == ["-", "-", "ulp", "of", "5"] for f in fails), fails
     assert proc.stdout.rstrip().endswith("SOME CHECKS FAILED")
+
+
+def test_output_cut_short_by_its_reader_ends_quietly():
+    # -u: every line is written at once, so the pipe is closed while there is more to write
+    # (block-buffered, the whole report could fit the pipe's buffer before the reader closed it).
+    command = [sys.executable, "-u", "-m", "gpufuncs", "--quick", "--kernels", "exp", "--targets", "cpu"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        first = proc.stdout.readline()
+        proc.stdout.close()  # as `| head -1` does
+        stderr = proc.stderr.read()
+        status = proc.wait(timeout=300)
+    assert first.startswith("gpufuncs "), first
+    assert stderr == "", stderr  # no BrokenPipeError traceback, no "Exception ignored" either
+    assert status == 141  # as a Unix tool stopped by SIGPIPE
 
 
 def test_bad_options_exit_2_saying_what_is_valid():
