@@ -9,11 +9,11 @@ Two suites of ``python -m benchmarks`` (neither is part of ``all``):
 
 - ``compose``: ``cpu`` and ``parallel``, float32 and float64, n = 10^4, 10^6, 10^7; the two
   kernels (and the NumPy expression, for scale) timed in interleaved rounds, and each
-  ``composed/hand`` ratio from the two calls alone, interleaved (see :func:`cpu_row`). Saved as
-  ``results/<name>_compose.{txt,json}`` (``--name``, default ``cpu``).
+  ``composed/hand`` ratio from the two calls alone, interleaved (see :func:`cpu_row`). ``--save``
+  writes ``results/<name>_compose.{txt,json}`` (``--name``, default ``cpu``).
 - ``compose_gpu``: the cuda target on CuPy arrays, n = 10^4 ... 10^8, call + synchronize and
   pipelined (:data:`bench_gpu.PIPELINE` calls, one synchronize), the two kernels' calls
-  interleaved (:meth:`bench_gpu.Timer.against`). Saved as ``results/gpu-<gpu>_compose.*``;
+  interleaved (:meth:`bench_gpu.Timer.against`). ``--save`` writes ``results/gpu-<gpu>_compose.*``;
   skipped, saying why, without CuPy or a GPU.
 """
 

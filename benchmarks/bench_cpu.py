@@ -1,11 +1,11 @@
 """CPU benchmark: every registered kernel on ``cpu``, ``parallel`` and ``auto`` against NumPy/SciPy.
 
 The ``cpu`` and ``overhead`` suites of ``python -m benchmarks`` (which runs them: ``--quick``
-for n up to 10^6, fewer repetitions, no crossover sweep, nothing saved; ``--large`` adds n = 10^8
+for n up to 10^6, fewer repetitions, no crossover sweep; ``--large`` adds n = 10^8
 for ``gaussian`` float64, 1.6 GB per call, for machines with many cores). Needs SciPy
 (``pip install ".[bench]"``).
 
-Three tables, saved with :func:`harness.save_results` under ``benchmarks/results/``:
+Three tables, saved with ``--save`` (:func:`harness.save_results`) under ``benchmarks/results/``:
 
 - ``cpu``: times (µs) and ratios at n = 10, 10^4, 10^6, 10^7 for float32 and float64, against
   the NumPy expression of each kernel (and ``scipy.stats.norm.pdf`` for ``gaussian``).

@@ -5,6 +5,7 @@ compiled without the check, in the same process.
 file) and ``python -m benchmarks.bench_fpflags --gpu`` (needs CuPy and a GPU). The twin is
 compiled and planned with the check off (what ``GPUFUNCS_FPSTATUS=0`` gives); the two are
 measured interleaved (``measure_pair``), medians after warm-up; ratios are checked / unchecked.
+The table is printed; ``--save`` writes the result files (``--save DIR``: into ``DIR``).
 
 Host (``results/fpflags.*``): ``exp`` and ``gaussian`` (scalars 0.5, 1.5) with ``target="cpu"``
 and ``"parallel"``, float32 and float64, n = 10^4, 10^6, 10^7, normal values (nothing flagged:
@@ -153,7 +154,8 @@ def gpu_rows() -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the host (default) or GPU comparison and save it under ``benchmarks/results/``."""
+    """Run the host (default) or GPU comparison and print it; ``--save`` writes it under
+    ``benchmarks/results/``."""
     return host_or_gpu_main("python -m benchmarks.bench_fpflags", __doc__.splitlines()[0], "fpflags",
                             host_rows, gpu_rows, argv)
 

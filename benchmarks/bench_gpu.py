@@ -1,7 +1,8 @@
 """GPU benchmark: the cuda target against the memory limit, CuPy and Numba, on one GPU.
 
 The ``gpu`` suite of ``python -m benchmarks``: run it on a GPU machine with ``--suite gpu`` (a
-few minutes; ``--quick`` for n up to 10^6). Needs CuPy. Saved as ``results/gpu-<gpu>.{txt,json}``.
+few minutes; ``--quick`` for n up to 10^6). Needs CuPy. ``--save`` writes
+``results/gpu-<gpu>.{txt,json}``.
 
 Every kernel, float32 and float64, n = 10^3 ... 10^8 (``hermite_norm``: 32 orders, n samples up
 to 10^7), in three cases:
@@ -27,7 +28,7 @@ A second table measures small calls: gaussian float32 at n = 1000 for CuPy, Numb
 arrays (a new output, and ``out=``), against CuPy's ``ElementwiseKernel`` on CuPy arrays, call +
 synchronize and pipelined; each row's calls are interleaved with CuPy's (``measure_pair``), so
 that the machine's drift during the run does not land on one side of a ratio close to 1.
-``--targets-only`` runs just the cases that issue targets name (and saves nothing).
+``--targets-only`` runs just the cases that issue targets name (saved only into a ``--save DIR``).
 
 Kernels, their scalar arguments and their CuPy formulas come from the registry (each kernel's
 ``benchmark=gf.Benchmark(..., cupy=gf.CupyFormula(...))``, see :mod:`cases`); a kernel without a

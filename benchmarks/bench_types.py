@@ -5,12 +5,12 @@ complex128 kernel ``z * z + c``, and two kernels of two outputs, ``divmod`` on i
 on float64 (every operand an array of n elements):
 
 * on the host, the call with ``target="auto"`` (and ``cpu``, ``parallel``) against the same
-  NumPy expression, interleaved (:func:`harness.measure_pair`); saved as ``results/types.*``
-  (``--name`` to change it: ``types-16core``);
+  NumPy expression, interleaved (:func:`harness.measure_pair`); ``--save`` writes
+  ``results/types.*`` (``--name`` to change it: ``types-16core``);
 * with ``--gpu``, on CuPy arrays, against a CuPy ``ElementwiseKernel`` of the same formula
   (``cupy.divmod`` and ``cupy.modf`` for the two-output kernels), one call followed by a
   synchronize and a pipeline of calls then one synchronize (both interleaved with CuPy's);
-  saved as ``results/types-<gpu>.*``.
+  ``--save`` writes ``results/types-<gpu>.*`` (``--save DIR``: into ``DIR``).
 
 Ratios are gpufuncs' time over the reference's: below 1 is faster.
 """
@@ -133,7 +133,8 @@ def gpu_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the host (default) or GPU comparison and save it under ``benchmarks/results/``."""
+    """Run the host (default) or GPU comparison and print it; ``--save`` writes it under
+    ``benchmarks/results/``."""
     return host_or_gpu_main("python -m benchmarks.bench_types", __doc__.splitlines()[0], "types",
                             lambda: host_rows(SIZES), lambda: gpu_rows(SIZES), argv)
 

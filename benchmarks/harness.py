@@ -256,7 +256,7 @@ def host_or_gpu_main(prog: str, description: str, stem: str, host_rows: Callable
     add_save_argument(parser)
     opts = parser.parse_args(argv)
     if opts.gpu:
-        missing = missing_module("cupy", "python -m pip install cupy-cuda12x", f"{prog} --gpu")
+        missing = missing_module("cupy", "python -m pip install cupy-cuda12x", "--gpu")
         if missing:
             print(f"{prog}: {missing}", file=sys.stderr)
             return 2
