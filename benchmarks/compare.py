@@ -42,6 +42,11 @@ class Baseline:
     meta: dict[str, Any]
     source: str
 
+    @property
+    def gpu(self) -> bool:
+        """Whether these are GPU results (their machine is their GPU; the CPU's, its processor)."""
+        return bool(self.rows) and all("gpu" in r["suite"] for r in self.rows)
+
 
 @dataclass(frozen=True)
 class Change:
@@ -111,11 +116,15 @@ def compare(run_rows: list[Row], baseline: Baseline) -> tuple[list[Change], int]
     return changes, unmatched
 
 
-def machine(meta: dict[str, Any]) -> str:
+def machine(meta: dict[str, Any], gpu: bool) -> str:
     """Where and when results were measured, in a few words."""
     commit = str(meta.get("git commit") or "not recorded")[:12]
-    return (f"{meta.get('processor', '?')}, {meta.get('cores', '?')} cores, measured "
-            f"{str(meta.get('date', '?'))[:10]}, commit {commit}")
+    return f"{_where(meta, gpu)}, measured {str(meta.get('date', '?'))[:10]}, commit {commit}"
+
+
+def _where(meta: dict[str, Any], gpu: bool) -> str:
+    """The GPU (``gpu``: of GPU results), else the processor and its cores."""
+    return str(meta.get("gpu")) if gpu else f"{meta.get('processor', '?')}, {meta.get('cores', '?')} cores"
 
 
 def contender(r: Row) -> str:
@@ -136,18 +145,19 @@ def lines(baseline: Baseline, changes: list[Change], unmatched: int, threshold: 
     flags = [c.flag(threshold) for c in changes]
     worse, better = flags.count("worse"), flags.count("better")
     limit = 1 + threshold
-    prose = [f"{len(changes)} ratios in both: {worse} regressions (this run's ratio over the earlier "
+    prose = [f"{len(changes)} ratios in both: {worse} regression{'' if worse == 1 else 's'} (this run's "
+             "ratio over the earlier "
              f"one, now/before, above {limit:.2f}: gpufuncs slower against the anchor), {better} "
-             f"improvements (below {1 / limit:.2f}), {len(changes) - worse - better} within the "
+             f"improvement{'' if better == 1 else 's'} (below {1 / limit:.2f}), "
+             f"{len(changes) - worse - better} within the "
              f"threshold; {unmatched} rows of this run are not there."]
-    here = (meta.get("processor"), meta.get("cores"))
-    there = (baseline.meta.get("processor"), baseline.meta.get("cores"))
+    here, there = _where(meta, baseline.gpu), _where(baseline.meta, baseline.gpu)
     if here != there:
-        prose.append(f"Note: those were measured on another machine ({there[0]}, {there[1]} cores; "
-                     f"this run: {here[0]}, {here[1]} cores), which moves ratios too.")
+        prose.append(f"Note: those were measured on another machine ({there}; this run: {here}), "
+                     "which moves ratios too.")
     prose.append(f"Threshold {threshold:.0%} (--threshold; the default, {THRESHOLD:.0%}, is above the noise "
                  f"of a ratio between runs: {THRESHOLD_WHY}).")
-    out = ["", f"Compared with {_shown(baseline.source)} ({machine(baseline.meta)}):"]
+    out = ["", f"Compared with {_shown(baseline.source)} ({machine(baseline.meta, baseline.gpu)}):"]
     out += [line for text in prose for line in textwrap.wrap(text, report.WIDTH, initial_indent="  ",
                                                               subsequent_indent="  ")]
     shown = sorted((c for c in changes if c.flag(threshold) != "same"),

@@ -31,6 +31,8 @@ ANCHOR_MEANING = {
     "pinned": "a pinned host-to-device and back copy of the same bytes"}
 MODES = {"median_s": "median time per call", "pipelined_s": "pipelined: calls back to back, one "
          "synchronize, time per call"}
+#: The median mode of rows that have a pipelined one too (the GPU's).
+SYNCED = "one call and a synchronize, median time per call"
 MISSING = "-"
 WIDTH = 100  # of the lines of prose
 #: What a target is, printed above the verdicts.
@@ -134,7 +136,8 @@ def table(suite: str, rows: list[Row], mode: str) -> list[str]:
             value = r.get(key) if anchor_mode(key, r) == mode else None
             line += [seconds(r[mode] / value) if value and r.get(mode) else MISSING, ratio(value)]
         cells.append(line)
-    title = f"{suite}: {MODES[mode]}" + (f" ({same})" if same else "")
+    synced = mode == "median_s" and any(r.get("pipelined_s") is not None for r in rows)
+    title = f"{suite}: {SYNCED if synced else MODES[mode]}" + (f" ({same})" if same else "")
     if anchors:
         title += "; /anchor: gpufuncs' time over the anchor's (below 1: gpufuncs is faster)"
     return [title, *aligned(header, cells, len(names))]
