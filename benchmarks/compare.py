@@ -166,7 +166,7 @@ def lines(baseline: Baseline, changes: list[Change], unmatched: int, threshold: 
         header = ["", "suite", "kernel", "dtype", "n", "target", "ratio", "before", "now", "now/before"]
         cells = [["REGRESSION" if c.flag(threshold) == "worse" else "improved", c.row["suite"],
                   c.row["kernel"], c.row["dtype"], report.size(c.row["n"]), contender(c.row),
-                  ratio_label(c), f"{c.before:.3g}", f"{c.after:.3g}", f"{c.factor:.2f}"]
+                  ratio_label(c), report.number(c.before), report.number(c.after), report.ratio(c.factor)]
                  for c in shown]
         out += ["  " + line for line in report.aligned(header, cells, 7)]
     return out

@@ -85,6 +85,11 @@ def ratio(value: float | None) -> str:
     return f"{value:.2f}x" if value < 9.995 else f"{value:.1f}x" if value < 99.95 else f"{value:.0f}x"
 
 
+def number(value: float) -> str:
+    """``value`` to three significant digits and no exponent (``0.0408``, ``5.56``, ``55580``)."""
+    return _digits(value) if value >= 0.9995 else f"{value:.3g}"
+
+
 def anchor_mode(key: str, row: Row) -> str:
     """The time of gpufuncs that the ratio ``key`` of ``row`` divides by the anchor's."""
     mode = ANCHORS[key][1]

@@ -261,6 +261,8 @@ def test_times_and_sizes_are_written_as_people_read_them():
         "812 ns", f"1.21 {micro}", f"1.00 {micro}", "15.3 ms", "2.05 s", "-"]
     assert [report.size(n) for n in (10, 999, 10**4, 3 * 10**5, 10**8)] == ["10", "999", "1e4", "3e5", "1e8"]
     assert [report.ratio(r) for r in (0.8734, 26.05, 724.01, None)] == ["0.87x", "26.1x", "724x", "-"]
+    numbers = [report.number(v) for v in (0.04081, 0.9996, 5.561, 55580.4)]
+    assert numbers == ["0.0408", "1.00", "5.56", "55580"]
 
 
 def test_the_table_has_a_line_per_measurement_with_each_anchors_time_and_ratio():
@@ -314,8 +316,8 @@ def test_compare_flags_a_made_up_regression_and_improvement(tmp_path):
     lines = compare.lines(worse, changes, 0, 0.25, run["meta"])
     assert "6 ratios in both: 6 regressions" in " ".join(lines)
     flagged = [line.split() for line in lines if "REGRESSION" in line]
-    assert ["REGRESSION", "overhead", "exp", "float64", "10", "auto", "out=", "/numba", "1", "2",
-            "2.00"] in flagged
+    assert ["REGRESSION", "overhead", "exp", "float64", "10", "auto", "out=", "/numba", "1.00", "2.00",
+            "2.00x"] in flagged
     assert len(flagged) == 6
     (better,), _ = compare.load(baseline(tmp_path / "better", 4.0), ["cpu"])
     changes, _ = compare.compare(run["rows"], better)
