@@ -11,7 +11,8 @@ input an array with the others Python scalars (``gaussian(x, 0.0, 1.0)``), each 
 and above the size from which the CPU loops use their widest vectors. Other kinds of call
 (``where=``, arrays of other dimensions or layouts, NumPy scalars, float16) compile on their
 first use, as before. A process still compiles each kernel's scalar function in memory on its
-first call (Numba does not cache it on disk); the loops, most of the time, are loaded.
+first call (it is not cached on disk); the loops, most of a first call's compile time, are
+loaded.
 
 Where the cache is: :func:`cache_directory`; ``NUMBA_CACHE_DIR`` moves it.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -254,9 +256,12 @@ def _parser() -> argparse.ArgumentParser:
                     "scalars. NUMBA_CACHE_DIR sets where the cache is. Exit status: 0 when everything "
                     "compiled, 1 when a kernel failed to compile or no cache location is writable, "
                     "2 for a bad option.")
+    parser.add_argument("--import", metavar="MODULES", type=_names, dest="modules",
+                        help="comma-separated modules to import first: those that define your own "
+                             "kernels, which then are registered kernels too")
     parser.add_argument("--kernels", metavar="NAMES", type=_names,
                         help="comma-separated kernel names (default: every registered kernel: "
-                             f"{', '.join(names())})")
+                             f"{', '.join(names())}, and those of --import)")
     parser.add_argument("--targets", metavar="NAMES", type=_names,
                         help="comma-separated targets among cpu, parallel, cuda (default: cpu,parallel, "
                              "the host targets target='auto' runs on)")
@@ -271,6 +276,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The options of ``python -m gpufuncs warmup``, checked (exit status 2 for a bad one)."""
     parser = _parser()
     opts = parser.parse_args(argv)
+    for module in opts.modules or ():
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # not found, or failing at import: the user's to fix
+            parser.error(f"--import: importing {module!r} failed: {type(exc).__name__}: {exc}")
     for name in opts.kernels or ():
         try:
             registry[name]
@@ -323,8 +333,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"  ({IDENTITY.name}: the library's copy kernel, which target='auto' times once per "
               "machine)")
     cuda = " (and cuda's kernels, not counted)" if any(r.compiled is None for r in rows) else ""
-    print(f"warmed {len(rows)} loops in {seconds:.1f} s: {_functions(compiled)} compiled into the "
-          f"disk cache{cuda}" + ("" if compiled or cuda else " (everything was there already)"))
+    loops = f"{len(rows)} loop{'s' * (len(rows) != 1)}"
+    print(f"warmed {loops} in {seconds:.1f} s: {_functions(compiled)} compiled into the disk cache"
+          + (cuda or ("" if compiled else " (everything was there already)")))
     return 0
 
 

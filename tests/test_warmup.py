@@ -19,8 +19,9 @@ from gpufuncs.targets.cpu.loops import WIDE_MIN
 
 #: Run in a child: calls of gaussian of the kinds warmup compiles (Python scalars and arrays,
 #: below and above WIDE_MIN, on cpu and with the default target), recording every compilation
-#: of a function that has a disk cache through Numba's event API. Prints those functions'
-#: names (none: everything the calls needed came from the cache) and a checksum of the results.
+#: of a function that has a disk cache through Numba's event API; then a call of a kind it does
+#: not compile (a 2-D array), which must show up (the probe sees compilations). Prints the
+#: functions each part compiled and the sum of the first part's results.
 PROBE = """
 import json
 import numpy as np
@@ -46,7 +47,10 @@ for n in (10, 3000):
     total += float(gf.gaussian(x, 0.0, 1.0, target="cpu").sum())
     total += float(gf.gaussian(x, x, np.ones(n), target="cpu").sum())
     total += float(gf.gaussian(x, 0.5, 2.0).sum())
-print(json.dumps({"compiled": compiled, "total": total}))
+warmed = list(compiled)
+compiled.clear()
+gf.gaussian(np.ones((3, 3)), 0.0, 1.0, target="cpu")
+print(json.dumps({"warmed": warmed, "other": compiled, "total": total}))
 """
 
 
@@ -64,40 +68,59 @@ def _probe(cache: Path) -> dict:
 
 def _warmup(cache: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpufuncs", "warmup", *args], env=_env(cache),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=cache)
+
+
+#: A user's module of kernels, for ``--import``.
+USER_KERNELS = """
+import gpufuncs as gf
+
+@gf.ufunc(signatures=["float64(float64)"], reference=None)
+def twice(x):
+    return 2.0 * x
+"""
+
+
+def _gaussian_total() -> float:
+    """The probe's sum, computed with NumPy."""
+    total = 0.0
+    for n in (10, 3000):
+        x = np.linspace(-2.0, 2.0, n)
+        for x0, sigma in ((0.0, 1.0), (x, np.ones(n)), (0.5, 2.0)):
+            total += float(np.sum(np.exp(-0.5 * ((x - x0) / sigma) ** 2) / (sigma * np.sqrt(2 * np.pi))))
+    return total
 
 
 @pytest.mark.slow
 def test_after_warmup_a_new_process_loads_the_loops_from_the_disk_cache(tmp_path):
-    # Without warmup, the same calls compile loops into the cache: what the test looks for is
-    # there to be seen (and the probe can fail).
-    cold = _probe(tmp_path / "cold")
-    assert any("ufunc_loops" in name for name in cold["compiled"]), cold
-
-    options = ("--kernels", "gaussian", "--targets", "cpu,parallel", "--dtypes", "float64")
-    warmed = _warmup(tmp_path / "warm", *options, "--json")
+    (tmp_path / "user_kernels.py").write_text(USER_KERNELS)  # in the warmup's working directory
+    options = ("--kernels", "gaussian", "--targets", "cpu", "--dtypes", "float64")
+    warmed = _warmup(tmp_path, *options, "--json")
     assert warmed.returncode == 0, warmed.stderr
     report = json.loads(warmed.stdout)
-    assert report["disk_cache"].startswith(str(tmp_path / "warm" / "numba"))
-    rows = {(r["kernel"], r["target"], r["loop"]): r for r in report["rows"]}
-    assert set(rows) == {("gaussian", "cpu", "ddd->d"), ("gaussian", "parallel", "ddd->d"),
-                         ("identity", "cpu", "d->d"), ("identity", "parallel", "d->d")}
-    assert all(r["compiled"] > 0 and r["seconds"] > 0 for r in rows.values()), rows
-    assert report["compiled"] == sum(r["compiled"] for r in rows.values())
+    assert report["disk_cache"].startswith(str(tmp_path / "numba"))
+    [row] = report["rows"]
+    assert (row["kernel"], row["target"], row["loop"]) == ("gaussian", "cpu", "ddd->d")
+    # Two sizes (narrow and wide loops), arrays or Python scalars: a loop and its body each.
+    assert row["compiled"] == report["compiled"] == 8 and row["seconds"] > 0, report
 
-    # A fresh process compiles no function that has a disk cache: every loop is loaded.
-    loaded = _probe(tmp_path / "warm")
-    assert loaded["compiled"] == [], loaded
-    assert loaded["total"] == pytest.approx(cold["total"], rel=1e-12)
+    # A fresh process compiles no function that has a disk cache for the calls warmed: every
+    # loop is loaded. A call of another kind compiles (and is seen to).
+    probe = _probe(tmp_path)
+    assert probe["warmed"] == [], probe
+    assert any("ufunc_loops" in name for name in probe["other"]), probe
+    assert probe["total"] == pytest.approx(_gaussian_total(), rel=1e-12)
 
-    # Warming again finds everything there, and says so.
-    again = _warmup(tmp_path / "warm", *options)
+    # Warming again finds gaussian's loops there; a user's kernel, imported, is compiled.
+    again = _warmup(tmp_path, "--import", "user_kernels", "--kernels", "gaussian,twice", *options[2:])
     assert again.returncode == 0, again.stderr
     lines = again.stdout.splitlines()
     assert lines[0] == f"disk cache: {report['disk_cache']} (set by NUMBA_CACHE_DIR)"
-    assert [line.split()[-2:] for line in lines[2:6]] == [["0", "functions"]] * 4, again.stdout
-    assert lines[-1].startswith("warmed 4 loops in ") and lines[-1].endswith(
-        "0 functions compiled into the disk cache (everything was there already)")
+    rows = {line.split()[0]: line.split()[1:3] + line.split()[4:] for line in lines[2:4]}
+    assert rows == {"gaussian": ["cpu", "ddd->d", "0", "functions"],
+                    "twice": ["cpu", "d->d", "4", "functions"]}, again.stdout
+    assert lines[-1].startswith("warmed 2 loops in ") and lines[-1].endswith(
+        "4 functions compiled into the disk cache")
 
 
 @pytest.mark.slow
@@ -140,6 +163,14 @@ def test_warm_values_lie_in_the_declared_domain(domain, value):
     assert warmup._value(np.dtype(np.float64), domain) == value
 
 
+def test_with_both_host_targets_auto_s_copy_kernel_is_warmed_too():
+    def rows(targets):
+        return [(k.__name__, loop.types, t) for k, loop, t, _ in warmup._jobs(["exp"], targets, None)]
+
+    assert rows(("cpu",)) == [("exp", "f->f", "cpu"), ("exp", "d->d", "cpu")]
+    assert rows(("cpu", "parallel"))[-2:] == [("identity", "d->d", "cpu"), ("identity", "d->d", "parallel")]
+
+
 def test_dtypes_select_the_loops_made_of_them_only():
     spec = gf.gaussian.spec
     assert [loop.types for loop in warmup.select_loops(spec, None)] == ["fff->f", "ddd->d"]
@@ -148,6 +179,8 @@ def test_dtypes_select_the_loops_made_of_them_only():
 
 
 @pytest.mark.parametrize(("argv", "message"), [
+    (["--import", "no_such_module_here"],
+     "--import: importing 'no_such_module_here' failed: ModuleNotFoundError"),
     (["--targets", "gpu"], "--targets: unknown target 'gpu'; targets: cpu, parallel, cuda"),
     (["--dtypes", "float64,nonsense"], "--dtypes: data type 'nonsense' not understood"),
     (["--kernels", "exp", "--dtypes", "int8"],
