@@ -163,9 +163,9 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
 
 
 def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
-    """A floating sum's statements: each value (or, ``blocked``, each block's sum, see
-    :func:`.reduction.block_sum`) added with Neumaier's compensation, real and imaginary parts
-    apart, in the accumulation dtype (the compensation is the rounding error of that dtype)."""
+    """A floating sum's statements: each value (or, ``blocked``, each block's sum and the
+    rounding errors of summing it, see :func:`.reduction.block_sum`) added with Neumaier's
+    compensation, real and imaginary parts apart, in the accumulation dtype."""
     part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
     parts = ("r", "i") if acc.kind == "c" else ("r",)
     lines = [f"    s{k} = c{k} = t_{part.name}(0)" for k in parts]
@@ -173,13 +173,15 @@ def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked
         lines += [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", loops[0],
                   f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
                   "            for j in range(j0, j0 + m):", f"                buf[j - j0] = {cast}",
-                  "            v = block_sum(buf, m, k_init)"]
+                  "            v, e = block_sum(buf, m, k_init)"]
     else:
         lines += [*loops, f"            v = {cast}"]
     for k in parts:
         component = ("v.real" if k == "r" else "v.imag") if acc.kind == "c" else "v"
         lines += [f"            p, q = compensated_add(s{k}, c{k}, {component})",
                   f"            s{k} = t_{part.name}(p)", f"            c{k} = t_{part.name}(q)"]
+        if blocked:  # the block's own rounding errors, kept apart by block_sum
+            lines.append(f"            c{k} = t_{part.name}(c{k} + {component.replace('v', 'e', 1)})")
     totals = [f"compensated_total(s{k}, c{k})" for k in parts]
     return [*lines, f"    out[0] = {'complex(' + ', '.join(totals) + ')' if acc.kind == 'c' else totals[0]}"]
 

@@ -260,11 +260,20 @@ def _into(out: Any, result: Any, r: Reduction) -> Any:
 
 
 # -- compensated sums: njit helpers the reduction kernels call ----------------------------------------
+@numba.njit(inline="always")
+def _finite(value):
+    """Whether a real or complex value is finite: by comparisons, which raise no flag (Numba's
+    ``math.isfinite`` computes ``x - x``, which raises the invalid flag for an infinity)."""
+    return abs(value.real) < math.inf and abs(value.imag) < math.inf
+
+
 @numba.njit
 def compensated_add(s, c, v):
     """``s + v`` and the running compensation ``c`` of Neumaier's summation (the rounding
     error of each addition, added back at the end: see :func:`compensated_total`)."""
     t = s + v
+    if not _finite(t):  # (inf - inf would raise the invalid flag NumPy's sum does not)
+        return t, c
     if abs(s) >= abs(v):
         c += (s - t) + v
     else:
@@ -274,8 +283,8 @@ def compensated_add(s, c, v):
 
 @numba.njit
 def compensated_total(s, c):
-    # A sum that reached inf or NaN is that: the compensation of an infinite term is NaN.
-    return s + c if math.isfinite(s) else s
+    # A sum that reached inf or NaN is that, with no compensation added.
+    return s + c if _finite(s) else s
 
 
 #: Values per block of a host reduction kernel's floating sum: NumPy's pairwise summation's
@@ -285,23 +294,55 @@ BLOCK = 128
 
 @numba.njit
 def block_sum(values, m, zero):
-    """The sum of ``values[:m]`` (``m <= BLOCK``) as NumPy's pairwise summation sums a block:
-    eight running sums, combined pairwise, then the remainder (``zero``: of the values' type)."""
-    r0 = r1 = r2 = r3 = r4 = r5 = r6 = r7 = zero
+    """The sum of ``values[:m]`` (``m <= BLOCK``) and the rounding error it leaves, summed as
+    NumPy's pairwise summation sums a block, in eight running sums, but each with Knuth's
+    TwoSum (branch-free, so the lanes vectorize: the error of every addition is kept), where
+    the plain sum is finite (else that, as NumPy's). Complex values work as they are: TwoSum
+    of each part is the same operations. ``zero``: of the values' type."""
     whole = m - m % 8
-    for j in range(0, whole, 8):
-        r0 += values[j]
-        r1 += values[j + 1]
-        r2 += values[j + 2]
-        r3 += values[j + 3]
-        r4 += values[j + 4]
-        r5 += values[j + 5]
-        r6 += values[j + 6]
-        r7 += values[j + 7]
-    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+    for j in range(0, whole, 8):  # the plain sum first: where it is not finite, it is the sum
+        s0 += values[j]
+        s1 += values[j + 1]
+        s2 += values[j + 2]
+        s3 += values[j + 3]
+        s4 += values[j + 4]
+        s5 += values[j + 5]
+        s6 += values[j + 6]
+        s7 += values[j + 7]
+    plain = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
     for j in range(whole, m):
-        total += values[j]
-    return total
+        plain += values[j]
+    if not _finite(plain):  # (TwoSum of an infinity computes inf - inf: the invalid flag)
+        return plain, zero
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+    e0 = e1 = e2 = e3 = e4 = e5 = e6 = e7 = zero
+    for j in range(0, whole, 8):
+        s0, e0 = _two_sum(s0, values[j], e0)
+        s1, e1 = _two_sum(s1, values[j + 1], e1)
+        s2, e2 = _two_sum(s2, values[j + 2], e2)
+        s3, e3 = _two_sum(s3, values[j + 3], e3)
+        s4, e4 = _two_sum(s4, values[j + 4], e4)
+        s5, e5 = _two_sum(s5, values[j + 5], e5)
+        s6, e6 = _two_sum(s6, values[j + 6], e6)
+        s7, e7 = _two_sum(s7, values[j + 7], e7)
+    error = ((e0 + e1) + (e2 + e3)) + ((e4 + e5) + (e6 + e7))
+    total, error = _two_sum(s0, s1, error)
+    for lane in (s2, s3, s4, s5, s6, s7):
+        total, error = _two_sum(total, lane, error)
+    for j in range(whole, m):
+        total, error = _two_sum(total, values[j], error)
+    return total, error
+
+
+
+
+@numba.njit(inline="always")
+def _two_sum(s, v, error):
+    """``s + v`` and ``error`` plus that addition's exact rounding error (Knuth's TwoSum)."""
+    t = s + v
+    back = t - s
+    return t, error + ((s - (t - back)) + (v - back))
 
 
 #: The helpers by the names the reduction kernels' text uses.

@@ -1,0 +1,220 @@
+"""Reductions at the end of a fused function: what the same function computes eagerly with NumPy.
+
+Integers, booleans, ``min``/``max``, ``any``/``all`` agree bit for bit; floating sums and means
+are compensated, so they agree within what NumPy's own pairwise summation may be off by, and are
+checked against ``math.fsum`` to be at least as accurate as NumPy's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import gpufuncs as gf
+
+TARGETS = ["cpu", pytest.param("parallel", marks=pytest.mark.slow),
+           pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+CASES = [("sum", np.float64), ("sum", np.float32), ("sum", np.int32), ("sum", np.bool_),
+         ("sum", np.complex128), ("prod", np.float64), ("prod", np.int32), ("min", np.float64),
+         ("min", np.int32), ("max", np.float64), ("max", np.uint8), ("mean", np.float64),
+         ("mean", np.int32), ("mean", np.complex128), ("any", np.float64), ("all", np.int32),
+         ("any", np.bool_)]
+
+
+@st.composite
+def _arguments(draw, dtype):
+    shapes = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=5))
+    result = shapes.result_shape
+    elements = (st.integers(0, 1).map(bool) if dtype == np.bool_ else
+                st.integers(-3, 3) if np.dtype(dtype).kind in "iu" else
+                st.floats(-2, 2, width=32) | st.sampled_from([0.0, -0.0, 1.0]))
+    if np.dtype(dtype).kind == "u":
+        elements = st.integers(0, 5)
+    a = draw(hnp.arrays(dtype, shapes.input_shapes[0], elements=elements))
+    b = draw(hnp.arrays(dtype, shapes.input_shapes[1], elements=elements))
+    ndim = len(result)
+    axis = draw(st.none() | (st.integers(-ndim, ndim - 1) if ndim else st.none())
+                | st.lists(st.integers(0, max(ndim - 1, 0)), unique=True, max_size=ndim).map(tuple))
+    return a, b, axis, draw(st.booleans())
+
+
+def _close(name, result, expected, a, b):
+    """Exact where NumPy's answer is exact; floating sums within NumPy's own error bound."""
+    assert np.asarray(result).dtype == np.asarray(expected).dtype
+    assert np.shape(result) == np.shape(expected)
+    exact = np.asarray(expected).dtype.kind in "biu" or name in ("min", "max", "any", "all")
+    if exact:
+        np.testing.assert_array_equal(result, expected)
+        return
+    values = np.abs(np.asarray(a * b + a, dtype=np.complex128 if np.iscomplexobj(expected) else np.float64))
+    eps = np.finfo(np.asarray(expected).dtype).eps
+    bound = 4 * eps * (values.sum() + 1) * (1 + math.log2(values.size + 1))
+    np.testing.assert_allclose(result, expected, rtol=4 * eps * max(values.size, 1), atol=bound)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name, dtype", CASES, ids=[f"{n}-{np.dtype(d).name}" for n, d in CASES])
+@settings(max_examples=12)
+@given(data=st.data())
+def test_reductions_agree_with_numpys_eager_call(target, name, dtype, data):
+    a, b, axis, keepdims = data.draw(_arguments(dtype))
+    if name in ("min", "max"):  # an empty reduction raises, as checked below
+        sizes = np.broadcast_shapes(a.shape, b.shape)
+        axes = range(len(sizes)) if axis is None else np.atleast_1d(axis)
+        if any(sizes[i] == 0 for i in axes) or (axis is None and 0 in sizes):
+            return
+    with np.errstate(all="ignore"):
+        expected = getattr(np, name)(a * b + a, axis=axis, keepdims=keepdims)
+        fused = _fused(name, axis, keepdims)
+        result = fused(a, b, target=target)
+    _close(name, result, expected, a, b)
+
+
+_FUSED: dict = {}
+
+
+def _fused(name, axis, keepdims, dtype=None):
+    """One fused function per reduction and keywords (its kernels are compiled once per dtypes)."""
+    key = (name, axis, keepdims, dtype)
+    if key not in _FUSED:
+        reduce = getattr(np, name)
+        kwargs = {"axis": axis, "keepdims": keepdims, **({"dtype": dtype} if dtype else {})}
+        _FUSED[key] = gf.fuse(lambda a, b: reduce(a * b + a, **kwargs))
+    return _FUSED[key]
+
+
+@gf.fuse
+def loglik(x, mu, s):
+    return np.log(gf.gaussian(x, mu, s)).sum()
+
+
+@gf.fuse
+def stats(a, b):
+    return (a - b).sum(axis=1), np.max(abs(a - b), axis=0, keepdims=True), (a > b).mean(), a.any()
+
+
+def test_several_reductions_and_a_kernel_in_the_map():
+    x = np.linspace(-3, 3, 1001)
+    expected = np.log(gf.gaussian(x, 0.5, 1.5, target="cpu")).sum()
+    assert loglik(x, 0.5, 1.5) == pytest.approx(expected, rel=1e-14)
+    a, b = np.arange(12.0).reshape(3, 4), np.array([0.5, 7.0, -1.0, 3.0])
+    for result, want in zip(stats(a, b), stats.func(a, b)):
+        np.testing.assert_array_equal(result, want)
+        assert np.asarray(result).dtype == np.asarray(want).dtype
+    assert stats.result_dtypes(a, b) == (np.float64, np.float64, np.float64, np.bool_)
+
+
+def test_sum_and_mean_take_numpys_dtypes_and_dtype_keyword():
+    small = np.array([100, 100, 100], np.int8)
+    f = gf.fuse(lambda a: a.sum())
+    assert f(small) == 300 and f(small).dtype == np.int64  # NumPy accumulates int8 in int64
+    g = gf.fuse(lambda a: np.mean(a, dtype=np.float32))
+    assert g(small).dtype == np.float32 and g(small) == np.float32(100)
+    h = gf.fuse(lambda a: np.sum(a * 1.5, dtype=np.int32))
+    assert h(small) == np.sum(small * 1.5, dtype=np.int32) and h(small).dtype == np.int32
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_floating_sums_are_at_least_as_accurate_as_numpys_and_repeat_bit_for_bit(dtype):
+    """Cancelling terms of very different sizes (where a naive sum loses everything), and
+    random values: the fused sum is never further from the exact sum than NumPy's."""
+    rng = np.random.default_rng(7)
+    f = gf.fuse(lambda a: a.sum())
+    big = 1e7 if dtype == np.float32 else 1e15
+    for trial in range(6):
+        n = [1000, 4096 + 3, 100_000][trial % 3]
+        if trial < 3:
+            values = rng.permutation(np.concatenate([np.full(n // 4, big), np.full(n // 4, -big),
+                                                     rng.uniform(0, 1, n - 2 * (n // 4))]))
+        else:
+            values = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n)
+        x = values.astype(dtype)
+        exact = math.fsum(x.astype(np.float64))
+        ours, numpys = f(x), np.sum(x)
+        assert abs(float(ours) - exact) <= abs(float(numpys) - exact) + np.finfo(dtype).eps * abs(exact)
+        assert f(x).tobytes() == ours.tobytes() == f(x, target="parallel").tobytes()
+
+
+def test_infinities_and_nan_propagate_as_in_numpy():
+    f = gf.fuse(lambda a: a.sum())
+    with np.errstate(all="raise"):  # no warning NumPy's sum does not give
+        assert f(np.array([1.0, np.inf, 2.0])) == np.inf
+        assert f(np.array([1.0, -np.inf] * 200)) == -np.inf
+        assert gf.fuse(lambda a: a.mean())(np.array([1.0, np.inf, 2.0])) == np.inf
+    with pytest.warns(RuntimeWarning, match="invalid value"):  # as NumPy's own sum warns
+        assert np.isnan(f(np.array([np.inf, -np.inf, 1.0])))
+    assert np.isnan(gf.fuse(lambda a: a.max())(np.array([1.0, np.nan, 3.0])))
+    assert gf.fuse(lambda a: np.any(a))(np.array([0.0, np.nan]))  # NaN is true, as in NumPy
+
+
+def test_empty_reductions_as_numpys():
+    f = gf.fuse(lambda a: a.max(axis=0))
+    with pytest.raises(ValueError, match="zero-size array to reduction operation maximum"):
+        f(np.zeros((0, 3)))
+    assert f(np.zeros((3, 0))).shape == (0,)
+    assert gf.fuse(lambda a: a.sum())(np.zeros(0)) == 0.0
+    with pytest.warns(RuntimeWarning, match="Mean of empty slice"):
+        assert np.isnan(gf.fuse(lambda a: a.mean())(np.zeros(0)))
+
+
+def test_axis_errors_as_numpys():
+    f = gf.fuse(lambda a: a.sum(axis=2))
+    with pytest.raises(np.exceptions.AxisError, match="axis 2 is out of bounds for array of dimension 2"):
+        f(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="duplicate value in 'axis'"):
+        gf.fuse(lambda a: a.sum(axis=(0, -2)))(np.ones((2, 3)))
+
+
+def test_out_receives_the_result_checked_first():
+    f = gf.fuse(lambda a, b: (a * b).sum(axis=0))
+    out = np.full(3, -1.0)
+    assert f(np.ones((2, 3)), 2.0, out=out) is out
+    np.testing.assert_array_equal(out, [4.0, 4.0, 4.0])
+    with pytest.raises(ValueError, match="shape"):
+        f(np.ones((2, 3)), 2.0, out=np.zeros(2))
+    ints = np.zeros(3, np.int64)
+    with pytest.raises(TypeError, match="same_kind"):
+        f(np.ones((2, 3)), 2.0, out=ints)
+    np.testing.assert_array_equal(ints, 0)
+
+
+def _then_computes(x):
+    return x.sum() / 2
+
+
+def _mixed(x):
+    return x * 2, x.sum()
+
+
+def _with_where(x):
+    return np.sum(x, where=x > 0)
+
+
+def _two_passes(x):
+    return x.std()
+
+
+@pytest.mark.parametrize("func, marker, words", [
+    (_then_computes, "x.sum() / 2", "not fused further"),
+    (_with_where, "np.sum(x, where", r"where=\.\.\.\) is not fused"),
+    (_two_passes, "x.std()", "two passes"),
+])
+def test_what_a_reduction_cannot_do_is_refused_naming_the_line(func, marker, words):
+    with pytest.raises(gf.FusionError, match=words) as info:
+        gf.fuse(func)(np.ones(3))
+    lines, first = inspect.getsourcelines(func)
+    line = first + next(i for i, text in enumerate(lines) if marker in text)
+    assert f"line {line}" in str(info.value)
+
+
+def test_reductions_beside_elementwise_results_are_refused():
+    with pytest.raises(gf.FusionError, match="reductions beside elementwise arrays"):
+        gf.fuse(_mixed)(np.ones(3))
