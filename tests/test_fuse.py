@@ -272,8 +272,8 @@ def _line_of(func, text):
     return first + next(i for i, line in enumerate(lines) if text in line)
 
 
-def reduces(x):
-    return (x * 2).sum()
+def reduces_then_computes(x):
+    return (x * 2).sum() + 1
 
 
 def branches(x):
@@ -299,7 +299,7 @@ def sorts(x):
 
 
 @pytest.mark.parametrize("func, marker, words", [
-    (reduces, ".sum()", "reduction"),
+    (reduces_then_computes, ".sum() + 1", "not fused further"),
     (branches, "if x > 0", "branch"),
     (scalar_math, "math.exp", "Python number"),
     (global_array, "_GLOBAL_ARRAY", "not an argument"),
@@ -371,3 +371,14 @@ def test_byte_swapped_arrays_compute_in_the_native_loop_as_in_numpy():
     out = np.zeros(5, ">f8")
     scaled(x, y, out=out)
     np.testing.assert_array_equal(out, x * y + x)
+
+
+@pytest.mark.parametrize("values", [np.array([np.inf, -np.inf, 1.0, np.nan]), np.array([1, -2]),
+                                    np.array([complex(np.inf, 1), 1j, complex(1, np.nan)]),
+                                    np.array([np.inf, 2.0], np.float32), np.array([True, False])])
+def test_isfinite_of_infinities_warns_nothing_as_numpys(values):
+    """Numba's math.isfinite computes x - x, which raises the invalid flag for an infinity:
+    np.isfinite in a fused function gives NumPy's values and, like NumPy, no warning."""
+    f = gf.fuse(lambda a: np.isfinite(a))
+    with np.errstate(all="raise"):
+        np.testing.assert_array_equal(f(values), f.func(values))

@@ -99,9 +99,16 @@ def trunc(x):
     return math.copysign(math.floor(abs(x)), x) if abs(x) < _INTEGRAL else x
 
 
+@numba.njit
+def isfinite(x):
+    # By comparisons, as NumPy's loop: Numba's math.isfinite computes x - x, which raises the
+    # invalid flag for an infinity (a warning NumPy's np.isfinite never gives).
+    return abs(x.real) < math.inf and abs(x.imag) < math.inf
+
+
 #: The helpers by name: the fused body's scope holds them.
 HELPERS = {f.py_func.__name__: f for f in (maximum, minimum, fmax, fmin, floor_divide, remainder, sign,
-                                           floor, ceil, trunc, rounded_multiply)}
+                                           floor, ceil, trunc, isfinite, rounded_multiply)}
 
 _EXPRESSIONS = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
           np.true_divide: "{0} / {1}", np.less: "{0} < {1}", np.less_equal: "{0} <= {1}",
@@ -113,17 +120,17 @@ _EXPRESSIONS = {np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0}
           np.logical_xor: "({0} != 0) != ({1} != 0)", np.logical_not: "{0} == 0",
           np.maximum: "maximum({0}, {1})", np.minimum: "minimum({0}, {1})",
           np.fmax: "fmax({0}, {1})", np.fmin: "fmin({0}, {1})", np.sign: "sign({0})",
-          np.floor: "floor({0})", np.ceil: "ceil({0})", np.trunc: "trunc({0})"}
+          np.floor: "floor({0})", np.ceil: "ceil({0})", np.trunc: "trunc({0})",
+          np.isfinite: "isfinite({0})"}
 
 #: ``math`` functions of real loops (``cmath`` too where NumPy's complex loop is the same one).
 _MATH = {np.exp: "exp", np.expm1: "expm1", np.log: "log", np.log2: "log2", np.log10: "log10",
          np.log1p: "log1p", np.sqrt: "sqrt", np.sin: "sin", np.cos: "cos", np.tan: "tan",
          np.arcsin: "asin", np.arccos: "acos", np.arctan: "atan", np.sinh: "sinh",
          np.cosh: "cosh", np.tanh: "tanh", np.arcsinh: "asinh", np.arccosh: "acosh",
-         np.arctanh: "atanh", np.isnan: "isnan", np.isinf: "isinf", np.isfinite: "isfinite",
+         np.arctanh: "atanh", np.isnan: "isnan", np.isinf: "isinf",
          np.arctan2: "atan2", np.hypot: "hypot", np.copysign: "copysign", np.exp2: "exp2"}
-_CMATH = {np.exp: "exp", np.log: "log", np.sqrt: "sqrt", np.isnan: "isnan", np.isinf: "isinf",
-          np.isfinite: "isfinite"}
+_CMATH = {np.exp: "exp", np.log: "log", np.sqrt: "sqrt", np.isnan: "isnan", np.isinf: "isinf"}
 #: Real loops whose values are exactly integers: their integer loops give the input back.
 _IDENTITY_ON_INTEGERS = {np.floor, np.ceil, np.trunc, np.rint}
 
@@ -141,6 +148,8 @@ def template(ufunc: np.ufunc, inputs: tuple[np.dtype, ...], power_of: object = N
         return "rounded_multiply({0}, {1})" if ufunc is np.multiply else "rounded_multiply({0}, {0})"
     if ufunc in _IDENTITY_ON_INTEGERS and kind in "biu":
         return "{0}"
+    if ufunc is np.isfinite and kind in "biu":
+        return "{0} == {0}"  # always true
     if ufunc is np.power:
         return _power(kind, power_of)
     if ufunc in (np.floor_divide, np.remainder):
