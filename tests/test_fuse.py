@@ -382,3 +382,22 @@ def test_isfinite_of_infinities_warns_nothing_as_numpys(values):
     f = gf.fuse(lambda a: np.isfinite(a))
     with np.errstate(all="raise"):
         np.testing.assert_array_equal(f(values), f.func(values))
+
+
+@gf.fuse
+def _reductions(a, b):
+    return (a - b).sum(axis=1), np.max(abs(a - b), axis=0, keepdims=True), (a > b).mean()
+
+
+@pytest.mark.cuda
+def test_reductions_on_cuda_agree_and_device_arrays_other_than_cupys_are_refused():
+    """Host arrays reduced on ``cuda`` (each GPU thread adds one value at a time; the other
+    reduction tests are in test_fuse_reduce.py); a Numba device array is refused, never copied
+    to the host behind the caller's back."""
+    from numba import cuda
+
+    a, b = np.arange(12.0).reshape(3, 4), np.linspace(0, 5, 4)
+    for result, want in zip(_reductions(a, b, target="cuda"), _reductions.func(a, b)):
+        np.testing.assert_allclose(result, want, rtol=1e-15)
+    with pytest.raises(TypeError, match=r"reductions of \w+ device arrays are not fused yet"):
+        _reductions(cuda.to_device(a), b)

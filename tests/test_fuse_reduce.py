@@ -218,3 +218,4 @@ def test_what_a_reduction_cannot_do_is_refused_naming_the_line(func, marker, wor
 def test_reductions_beside_elementwise_results_are_refused():
     with pytest.raises(gf.FusionError, match="reductions beside elementwise arrays"):
         gf.fuse(_mixed)(np.ones(3))
+

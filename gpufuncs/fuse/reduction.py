@@ -26,7 +26,7 @@ import numpy as np
 from ..dispatch import Kernel
 from ..dispatch.args import describe
 from ..spec import KernelSpec, parse_layout, parse_loop
-from ..targets.base import DEVICE
+from ..targets.base import DEVICE, library_of
 from .ops import Unfusable
 
 _ABSENT: Any = object()
@@ -181,7 +181,13 @@ class ReducingPart:
                              "which has no identity")
         out = options.pop("out", None)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
-        on_device = options.get("target") == "cuda" or any(_on_device(v) for v in values)
+        devices = [v for v in values if _on_device(v)]
+        for v in devices:  # (NumPy's functions reach CuPy's: views of the others would be copies)
+            if library_of(type(v)) != "cupy":
+                raise TypeError(f"fused function {self.name!r}: reductions of {type(v).__name__} device "
+                                "arrays are not fused yet (CuPy's and host arrays are); reduce "
+                                "the fused elementwise function's result instead")
+        on_device = options.get("target") == "cuda" or bool(devices)
         result = self._kernel(arrays, on_device)(*operands, **options)
         if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
             result = r.ufunc.reduce(result, axis=tuple(range(len(kept), len(kept) + len(reduced) - 2)),
