@@ -219,3 +219,20 @@ def test_reductions_beside_elementwise_results_are_refused():
     with pytest.raises(gf.FusionError, match="reductions beside elementwise arrays"):
         gf.fuse(_mixed)(np.ones(3))
 
+
+
+def test_a_long_reduction_in_pieces_is_exact_and_the_same_on_every_target():
+    """Past SPLIT values a reduction to one value runs in pieces (spread over the cores by
+    ``parallel``): every target gives the same bits, and the pieces' sums combine exactly."""
+    from gpufuncs.fuse.reduction import PIECES, SPLIT
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(SPLIT + PIECES * 7 + 5).astype(np.float32)  # pieces and a remainder
+    f = gf.fuse(lambda a: (a * a - 1).sum())
+    sums = {t: f(x, target=t) for t in ("cpu", "parallel", "auto")}
+    assert len({s.tobytes() for s in sums.values()}) == 1
+    exact = math.fsum((x.astype(np.float64) ** 2 - 1).astype(np.float32).astype(np.float64))
+    assert abs(float(sums["cpu"]) - exact) <= abs(float(np.sum(x * x - 1)) - exact) + abs(exact) * 2e-7
+    g = gf.fuse(lambda a: (np.max(a), np.any(a > 4), np.mean(a, dtype=np.float64)))
+    for result, want in zip(g(x, target="parallel"), g.func(x)):
+        np.testing.assert_allclose(result, want, rtol=1e-12)

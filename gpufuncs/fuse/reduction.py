@@ -140,6 +140,11 @@ def accumulated(name: str, source: np.dtype, dtype: Any) -> np.dtype:
 
 
 # -- the call -------------------------------------------------------------------------------------
+#: A host reduction to one value of at least this many values is computed in :data:`PIECES`
+#: pieces, which ``parallel`` (or ``auto``) runs on several cores (``cpu`` too, for the same bits).
+SPLIT = 1 << 17
+PIECES = 64
+
 def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, complex, np.generic)) or (
         type(value) is np.ndarray and value.ndim == 0)
@@ -180,22 +185,61 @@ class ReducingPart:
             raise ValueError(f"zero-size array to reduction operation {r.ufunc.__name__} "
                              "which has no identity")
         out = options.pop("out", None)
+        on_device = self._on_device(values, options)
+        kernel = self._kernel(arrays, on_device)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
+        if not on_device and count >= SPLIT and math.prod(shape[d] for d in kept) == 1:
+            result = np.reshape(self._split(kernel, operands, arrays, options), [shape[d] for d in kept])
+        else:
+            result = kernel(*operands, **options)
+            if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
+                result = r.ufunc.reduce(result, axis=tuple(range(len(kept), len(kept) + len(reduced) - 2)),
+                                        dtype=r.dtype)
+        return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)], out)
+
+    def _on_device(self, values: list[Any], options: dict[str, Any]) -> bool:
+        """Whether the call runs on the GPU (refusing device arrays it cannot take as they are)."""
         devices = [v for v in values if _on_device(v)]
         for v in devices:  # (NumPy's functions reach CuPy's: views of the others would be copies)
             if library_of(type(v)) != "cupy":
                 raise TypeError(f"fused function {self.name!r}: reductions of {type(v).__name__} device "
                                 "arrays are not fused yet (CuPy's and host arrays are); reduce "
                                 "the fused elementwise function's result instead")
-        on_device = options.get("target") == "cuda" or bool(devices)
-        result = self._kernel(arrays, on_device)(*operands, **options)
-        if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
-            result = r.ufunc.reduce(result, axis=tuple(range(len(kept), len(kept) + len(reduced) - 2)),
-                                    dtype=r.dtype)
+        return options.get("target") == "cuda" or bool(devices)
+
+    def _split(self, kernel: Kernel, operands: list[Any], arrays: tuple[bool, ...],
+               options: dict[str, Any]) -> Any:
+        """A host reduction to one value in :data:`PIECES` pieces (each core's last axis cut
+        into equal chunks: loop elements that ``parallel`` spreads over the cores) and the
+        remainder, their results combined exactly (floating sums by ``math.fsum``). The pieces
+        depend on the shape only: the same bits on every run, whatever the number of cores."""
+        n = next(v for v, a in zip(operands, arrays) if a).shape[-1]
+        if n < PIECES:
+            return self._combine([kernel(*operands, **options)])
+        size = n // PIECES
+        pieces = [_pieces(v, size) if a else v for v, a in zip(operands, arrays)]
+        parts = [kernel(*pieces, **options)]
+        if n % PIECES:
+            parts.append(kernel(*(v[..., PIECES * size:] if a else v for v, a in zip(operands, arrays)),
+                                **options))
+        return self._combine(parts)
+
+    def _combine(self, parts: list[Any]) -> Any:
+        r = self.reduction
+        values = np.concatenate([np.reshape(p, -1) for p in parts])
+        if r.name in ("sum", "mean") and r.dtype.kind == "f":
+            return r.dtype.type(math.fsum(values))
+        if r.name in ("sum", "mean") and r.dtype.kind == "c":
+            return r.dtype.type(complex(math.fsum(values.real), math.fsum(values.imag)))
+        return r.ufunc.reduce(values, dtype=r.dtype)
+
+    def _finish(self, result: Any, count: int, kept_shape: list[int], out: Any) -> Any:
+        """``mean``'s division, ``keepdims``' shape, a scalar for a 0-d result, ``out=``."""
+        r = self.reduction
         if r.name == "mean":
             result = _mean(result, count)
         if r.keepdims:
-            result = np.reshape(result, [1 if d in axes else n for d, n in enumerate(shape)])
+            result = np.reshape(result, kept_shape)
         if isinstance(result, np.ndarray) and result.ndim == 0:
             result = result[()]
         return result if out is None else _into(out, result, r)
@@ -222,6 +266,15 @@ class ReducingPart:
         return KernelSpec(name=self.name, pyfunc=self._make_body(arrays, blocked=not on_device),
                           loops=(parse_loop(signature, nargs, True, nout=1),), layout=parse_layout(layout),
                           reference=None, tolerances={}, doc="", arg_names=(*self.names, "out"))
+
+
+def _pieces(view: Any, size: int) -> np.ndarray:
+    """``view`` (a host core view ``(..., m, n)``) as :data:`PIECES` chunks of ``size`` of its
+    last axis: ``(..., PIECES, m, size)``, a view."""
+    *lead, m, _ = view.shape
+    *strides, sm, sn = view.strides
+    return np.lib.stride_tricks.as_strided(view, (*lead, PIECES, m, size), (*strides, size * sn, sm, sn),
+                                           writeable=False)
 
 
 def _on_device(value: Any) -> bool:
