@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from .dispatch import Kernel
+from .errors import KernelDefinitionError
 from .spec import (
     Benchmark,
-    KernelDefinitionError,
     KernelSpec,
     Tolerance,
     check_benchmark,
@@ -182,7 +182,7 @@ _BUILTIN_MODULES = "gpufuncs.kernels."
 def _define(
     func: Callable[..., Any],
     *,
-    signatures: Sequence[str],
+    signatures: Sequence[str] | None,  # None or empty: a lazy kernel
     layout: str | None,
     reference: Callable[..., Any] | None,
     name: str | None,

@@ -130,7 +130,8 @@ def _fmuladd(typingctx, a, b, c):
 
 def _muladd_cpu_typing(a, b, c):  # unannotated: as for as_type
     if _one_float_type(a, b, c):
-        return lambda a, b, c: _fmuladd(a, b, c)
+        # An @intrinsic is called without the typing context its definition takes first.
+        return lambda a, b, c: _fmuladd(a, b, c)  # type: ignore[call-arg]
     return None
 
 

@@ -167,7 +167,7 @@ def _returned(ret: types.Type | None, signature: str, is_gufunc: bool) -> tuple[
     if isinstance(ret, types.BaseTuple):
         if len(ret) == 0:
             raise KernelDefinitionError(f"signature {signature!r} returns an empty tuple")
-        return tuple(ret)
+        return tuple(ret)  # type: ignore[arg-type]  # iterable (its types); numba's stubs omit it
     return (ret,)
 
 
@@ -449,7 +449,10 @@ class KernelSpec:
         that defines the scalar function (its helpers and constants included) and its name;
         ``None`` for a function with no source file (a REPL or notebook cell)."""
         try:
-            source = Path(inspect.getsourcefile(self.pyfunc)).read_bytes()
+            path = inspect.getsourcefile(self.pyfunc)
+            if path is None:
+                return None
+            source = Path(path).read_bytes()
         except (TypeError, OSError):
             return None
         return hashlib.sha256(source + self.pyfunc.__qualname__.encode()).hexdigest()

@@ -384,22 +384,23 @@ def reference_values(kernel: KernelLike, args: Sequence[Any], dtype: Any) -> tup
         If the kernel declares no reference.
     """
     spec = _resolve(kernel).spec
-    _require_reference(spec)
+    reference = _require_reference(spec)
     rounded = [np.asarray(a, dtype=dtype).astype(np.float64) for a in args[: spec.nin]]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        ref = spec.reference(*rounded, *args[spec.nin:])
+        ref = reference(*rounded, *args[spec.nin:])
     refs = ref if spec.nout > 1 else (ref,)
     return tuple(np.asarray(r, dtype=np.float64) for r in refs)
 
 
-def _require_reference(spec: KernelSpec) -> None:
-    """Raise ``AssertionError`` unless the kernel declares a reference to be tested against."""
+def _require_reference(spec: KernelSpec) -> Callable[..., Any]:
+    """The kernel's reference; ``AssertionError`` if it declares none to be tested against."""
     if spec.reference is None:
         raise AssertionError(
             f"kernel {spec.name!r} declares no reference, so it cannot be tested: pass "
             "reference=<the NumPy/SciPy function it must agree with> to its decorator"
         )
+    return spec.reference
 
 
 def compare(
@@ -571,13 +572,15 @@ def _ulp(ref: np.ndarray, dtype: np.dtype) -> np.ndarray:
                     np.maximum(unit, float(info.smallest_subnormal)))
 
 
-def _placement_mismatch(got, ref, rounded, allowed, tol: Tolerance, dtype: np.dtype) -> np.ndarray:
+def _placement_mismatch(got: np.ndarray, ref: np.ndarray, rounded: np.ndarray, allowed: np.ndarray,
+                        tol: Tolerance, dtype: np.dtype) -> np.ndarray:
     nan = np.isnan(got) != np.isnan(ref)
     inf = (np.isinf(got) | np.isinf(rounded)) & ~np.isnan(got) & ~np.isnan(ref) & (got != rounded)
     return nan | (inf & ~_near_overflow(got, ref, allowed, tol, dtype))
 
 
-def _near_overflow(got, ref, allowed, tol: Tolerance, dtype: np.dtype) -> np.ndarray:
+def _near_overflow(got: np.ndarray, ref: np.ndarray, allowed: np.ndarray, tol: Tolerance,
+                   dtype: np.dtype) -> np.ndarray:
     """Where an inf against a finite value (either way) is within the tolerance of overflow."""
     info = np.finfo(dtype)
     with np.errstate(all="ignore"):
@@ -590,7 +593,9 @@ def _near_overflow(got, ref, allowed, tol: Tolerance, dtype: np.dtype) -> np.nda
 
 
 # -- the failure report ---------------------------------------------------------------------------
-def _report(spec, args, dtype, target, tol, results, refs, failing, max_report: int) -> str:
+def _report(spec: KernelSpec, args: Sequence[Any], dtype: np.dtype, target: str | None, tol: Tolerance,
+            results: tuple[np.ndarray, ...], refs: tuple[np.ndarray, ...],
+            failing: list[tuple[int, _Points]], max_report: int) -> str:
     total = sum(int(c.failed.sum()) for _, c in failing)
     placed = sum(int(c.placement.sum()) for _, c in failing)
     lines = [f"{spec.name} (dtype {dtype}, target {target!r}): {total} of "
@@ -612,11 +617,12 @@ def _worst(check: _Points, count: int) -> list[tuple[int, ...]]:
     return [np.unravel_index(i, check.failed.shape) for i in flat[order][:count]]
 
 
-def _describe(spec, args, dtype, out, index, res, ref, check: _Points) -> str:
+def _describe(spec: KernelSpec, args: Sequence[Any], dtype: np.dtype, out: int, index: tuple[Any, ...],
+              res: np.ndarray, ref: np.ndarray, check: _Points) -> str:
     where = tuple(int(i) for i in index)
     values = ", ".join(f"{name}={_show(v, dtype)}" for name, v in _inputs_at(spec, args, dtype, where))
     head = f"at {where}" + (f" of output {out}" if spec.nout > 1 else "")
-    got, want = _show(res[index], res.dtype), _show(ref[index], np.float64)
+    got, want = _show(res[index], res.dtype), _show(ref[index], np.dtype(np.float64))
     if check.placement[index]:
         return f"{head}: {values} -> result {got}, reference {want} [NaN/inf placement]"
     return (f"{head}: {values} -> result {got}, reference {want}: error {check.err[index]:.3g} = "
@@ -624,7 +630,8 @@ def _describe(spec, args, dtype, out, index, res, ref, check: _Points) -> str:
             f"(allowed {check.allowed[index]:.3g})")
 
 
-def _inputs_at(spec: KernelSpec, args, dtype, where: tuple[int, ...]) -> list[tuple[str, Any]]:
+def _inputs_at(spec: KernelSpec, args: Sequence[Any], dtype: np.dtype,
+               where: tuple[int, ...]) -> list[tuple[str, Any]]:
     """The (dtype-rounded) input values that produced result element ``where``."""
     layout = spec.layout
     in_cores = layout.inputs if layout else ((),) * spec.nin
@@ -700,7 +707,7 @@ def check_kernel(
     k = _resolve(kernel)
     names = resolve_targets(targets, "check_kernel")
     for loop in k.spec.loops:
-        if is_exact_loop(k.spec, loop) and (dtypes is None or loop.dtype in map(np.dtype, dtypes)):
+        if is_exact_loop(k.spec, loop) and (dtypes is None or loop.dtype in {np.dtype(d) for d in dtypes}):
             check_loop(k, loop, names, max_examples)  # integers, bool, complex, no reference
     for dtype in _dtypes(k.spec, dtypes):
         _property(k, dtype, names, max_examples, exclude, input_options)()
@@ -709,7 +716,7 @@ def check_kernel(
 def _dtypes(spec: KernelSpec, dtypes: Iterable[Any] | None) -> list[np.dtype]:
     """The floating dtypes whose loops are checked in ULPs (the others: see :mod:`.testing_loops`)."""
     loops = [lp.dtype for lp in spec.loops]
-    floating = [lp.dtype for lp in spec.loops if not is_exact_loop(spec, lp)]
+    floating = [lp.dtype for lp in spec.loops if lp.dtype is not None and not is_exact_loop(spec, lp)]
     chosen = floating if dtypes is None else [d for d in map(np.dtype, dtypes) if d in floating]
     missing = [str(d) for d in map(np.dtype, dtypes or ()) if d not in loops]
     if missing:
@@ -760,6 +767,8 @@ def _edge_example(kernel: Kernel, dtype: np.dtype,
 
 class _Shown(tuple):
     """Call arguments that Hypothesis reports by how they were made, not as thousands of values."""
+
+    shown: str
 
     def __new__(cls, args: tuple[Any, ...], shown: str) -> _Shown:
         self = super().__new__(cls, args)

@@ -132,7 +132,8 @@ def assert_like_eager(fused: Any, args: Sequence[Any], target: str, ulps: int = 
             _assert_close(g, e, ulps if e.dtype.kind == "f" else 0, f"{where}, result {k}")
 
 
-def _assert_raises(fused: Any, args: Sequence[Any], target: str, kind: type, where: str) -> None:
+def _assert_raises(fused: Any, args: Sequence[Any], target: str, kind: type[BaseException],
+                   where: str) -> None:
     try:
         with np.errstate(all="ignore"):
             fused(*args, target=target)

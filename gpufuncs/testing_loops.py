@@ -50,8 +50,7 @@ def values(dtype: np.dtype) -> st.SearchStrategy[Any]:
         return st.one_of(st.sampled_from(edges), drawn)
     if dtype.kind == "c":
         part = st.sampled_from([0.0, -0.0, 1.0, np.inf, -np.inf, np.nan])
-        edges = st.builds(complex, part, part)
-        return st.one_of(edges, drawn)
+        return st.one_of(st.builds(complex, part, part), drawn)
     return drawn
 
 
