@@ -127,15 +127,25 @@ from gpufuncs.__main__ import main
 def not_exp(x):
     return x + gf.as_type(1, x)  # exp's first two Taylor terms: wrong almost everywhere
 
+@gf.ufunc(signatures=["int64(int64)"], reference=lambda x: 2 * x)
+def int_twice(x):
+    return 2 * x
+
 sys.exit(main(sys.argv[1:]))
 """
-    proc = run("--quick", "--kernels", "not_exp", "--targets", "cpu", code=code)
+    proc = run("--quick", "--kernels", "not_exp,int_twice", "--targets", "cpu", code=code)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     fails = [line for line in proc.stdout.splitlines() if line.startswith("  not_exp       cpu ")]
     assert len(fails) == 2 and all("FAIL  (AssertionError: not_exp (dtype" in f for f in fails), fails
     # No error measured (the check raised), and the allowance: the default 5 eps, relative.
     assert all(f.split()[3:8] == ["-", "-", "ulp", "of", "5"] for f in fails), fails
-    assert proc.stdout.rstrip().endswith("SOME CHECKS FAILED")
+    # A loop that is not floating is listed as not checked here, saying what checks it.
+    [skipped] = [line for line in proc.stdout.splitlines() if line.startswith("  int_twice     cpu ")]
+    loop = f"{np.dtype(np.int64).char}->{np.dtype(np.int64).char}"
+    assert skipped.split()[2:5] == [loop, "-", "-"], skipped
+    assert skipped.endswith("skipped  (not a floating loop of one dtype: gpufuncs.testing.check_kernel "
+                            "checks it)"), skipped
+    assert proc.stdout.rstrip().endswith("SOME CHECKS FAILED (1 skipped: see their notes)")
 
 
 def test_output_cut_short_by_its_reader_ends_quietly():
