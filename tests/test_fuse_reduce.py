@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -22,16 +22,16 @@ TARGETS = ["cpu", pytest.param("parallel", marks=pytest.mark.slow),
            pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
-CASES = [("sum", np.float64), ("sum", np.float32), ("sum", np.int32), ("sum", np.bool_),
-         ("sum", np.complex128), ("prod", np.float64), ("prod", np.int32), ("min", np.float64),
-         ("min", np.int32), ("max", np.float64), ("max", np.uint8), ("mean", np.float64),
-         ("mean", np.int32), ("mean", np.complex128), ("any", np.float64), ("all", np.int32),
-         ("any", np.bool_)]
+CASES = [("sum", np.float64), ("sum", np.float32), ("sum", np.int32), ("sum", np.complex128),
+         ("prod", np.int32), ("min", np.float64), ("max", np.uint8), ("mean", np.float64),
+         ("mean", np.int32), ("any", np.float64), ("all", np.int32), ("any", np.bool_)]
+#: The reductions' keywords drawn: each is a fused function of its own (compiled anew), so a few.
+KEYWORDS = [(None, False), (-1, True), ((0, -1), False)]
 
 
 @st.composite
 def _arguments(draw, dtype):
-    shapes = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=5))
+    shapes = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=3, max_side=5))
     result = shapes.result_shape
     elements = (st.integers(0, 1).map(bool) if dtype == np.bool_ else
                 st.integers(-3, 3) if np.dtype(dtype).kind in "iu" else
@@ -40,10 +40,8 @@ def _arguments(draw, dtype):
         elements = st.integers(0, 5)
     a = draw(hnp.arrays(dtype, shapes.input_shapes[0], elements=elements))
     b = draw(hnp.arrays(dtype, shapes.input_shapes[1], elements=elements))
-    ndim = len(result)
-    axis = draw(st.none() | (st.integers(-ndim, ndim - 1) if ndim else st.none())
-                | st.lists(st.integers(0, max(ndim - 1, 0)), unique=True, max_size=ndim).map(tuple))
-    return a, b, axis, draw(st.booleans())
+    axis, keepdims = draw(st.sampled_from(KEYWORDS if len(result) >= 2 else KEYWORDS[:1]))
+    return a, b, axis, keepdims
 
 
 def _close(name, result, expected, a, b):
@@ -62,7 +60,6 @@ def _close(name, result, expected, a, b):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name, dtype", CASES, ids=[f"{n}-{np.dtype(d).name}" for n, d in CASES])
-@settings(max_examples=12)
 @given(data=st.data())
 def test_reductions_agree_with_numpys_eager_call(target, name, dtype, data):
     a, b, axis, keepdims = data.draw(_arguments(dtype))
