@@ -97,6 +97,20 @@ def _sliced_typing(args, lo, hi):
     return lambda args, lo, hi: (args[0],) + sliced(args[1:], lo, hi)
 
 
+def row_size(args: tuple[Any, ...], n: int) -> int:
+    """The most elements per row of any array of ``args`` (arrays of ``n`` rows; scalars 0)."""
+    return max([a.size // max(1, n) for a in args if getattr(a, "ndim", 0)], default=0)
+
+
+@overload(row_size)
+def _row_size_typing(args, n):
+    if len(args) == 0:
+        return lambda args, n: 0
+    if isinstance(args[0], types.Array):
+        return lambda args, n: max(args[0].size // max(1, n), row_size(args[1:], n))
+    return lambda args, n: row_size(args[1:], n)
+
+
 # Not cached on its own (the loops that call it are, with its code): ``cache=True`` would make
 # importing gpufuncs fail where no cache directory is writable.
 @numba.njit(nogil=True)
@@ -361,7 +375,7 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
 
     def parallel_plain(outs, *args):
         n = outs[0].shape[0]
-        pieces = chunks(n, outs[0].size // max(1, n))
+        pieces = chunks(n, max(outs[0].size // max(1, n), row_size(args, n)))  # work per row
         status = np.zeros(pieces, np.int64)
         for c in prange(pieces):
             lo, hi = c * n // pieces, (c + 1) * n // pieces
@@ -373,7 +387,7 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
 
     def parallel(outs, *args):
         n = outs[0].shape[0]
-        pieces = chunks(n, outs[0].size // max(1, n))
+        pieces = chunks(n, max(outs[0].size // max(1, n), row_size(args, n)))  # work per row
         failed = np.empty(pieces, np.int64)
         status = np.zeros(pieces, np.int64)
         for c in prange(pieces):
