@@ -83,6 +83,40 @@ def cpu_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[str,
     return rows
 
 
+@gf.fuse
+def log_likelihood(x, mu, s):
+    """A transform and a reduction: the fused log-likelihood (issue 31)."""
+    return np.log(gf.gaussian(x, mu, s)).sum()
+
+
+def _loglik_calls(x: np.ndarray, target: str) -> dict[str, Callable[[], Any]]:
+    mu, s, norm = np.float32(MU), np.float32(SIGMA), np.float32(_INV_SQRT_2PI / SIGMA)
+    return {
+        "fused": lambda: log_likelihood(x, mu, s, target=target),
+        "unfused": lambda: np.log(gf.gaussian(x, mu, s, target=target)).sum(),
+        "numpy": lambda: np.log(np.exp(np.float32(-0.5) * ((x - mu) / s) ** 2) * norm).sum(),
+        "sum(x)": lambda: np.sum(x),
+    }
+
+
+def loglik_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[str, Any]]:
+    """The log-likelihood fused, as the same calls unfused, as NumPy's eager expression, and
+    ``np.sum(x)`` alone (reading ``x`` once: the floor of any pass over it), µs per call."""
+    rows = []
+    for n in sizes:
+        calls = _loglik_calls(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32), target)
+        repeat = 5 if quick else (15 if n >= 10**7 else 60)
+        row: dict[str, Any] = {"n": n, "target": target}
+        for label, fn in calls.items():
+            row[f"{label} us"] = round(1e6 * measure(fn, repeat=repeat, inner=1), 2)
+        for label in calls:
+            if label != "fused":
+                pair = measure_pair(calls["fused"], calls[label], inner=None, repeat=repeat)
+                row[f"fused/{label}"] = round(pair[0] / pair[1], 3)
+        rows.append(row)
+    return rows
+
+
 def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
     """Fused, unfused, ``cupy.fuse`` and ``torch.compile`` on the GPU: call + synchronize and
     pipelined, as ratios of interleaved repetitions (µs per call besides)."""
@@ -137,13 +171,14 @@ def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def _save(name: str, rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path) -> Path:
+def _save(name: str, rows: list[dict[str, Any]], meta: dict[str, Any], directory: Path,
+          suite: str = "fuse") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}_fuse.json"
+    path = directory / f"{name}_{suite}.json"
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     lines = [f"{k}: {v}" for k, v in meta.items()] + [""]
     lines += ["  ".join(f"{k}={v}" for k, v in row.items()) for row in rows]
-    (directory / f"{name}_fuse.txt").write_text("\n".join(lines) + "\n")
+    (directory / f"{name}_{suite}.txt").write_text("\n".join(lines) + "\n")
     return path
 
 
@@ -167,8 +202,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--name", default=None, help="results file prefix")
     parser.add_argument("--sizes", default=None, help="comma-separated sizes")
+    parser.add_argument("--loglik", action="store_true",
+                        help="the fused log-likelihood np.log(gaussian(x, mu, s)).sum() instead of the chain "
+                             "(host targets; saved as <name>_loglik)")
     add_save_argument(parser)
     opts = parser.parse_args(argv)
+    if opts.loglik:
+        return _loglik_main(opts)
     error, notes = _missing(opts.gpu)
     for line in notes:
         print(line, file=sys.stderr)
@@ -184,6 +224,23 @@ def main(argv: list[str] | None = None) -> None:
     name = opts.name or ("gpu" if opts.gpu else f"cpu-{opts.target}")
     if opts.save:
         print("saved", _save(name, rows, meta, opts.save))
+    else:
+        print(not_saved_hint())
+
+
+
+def _loglik_main(opts: argparse.Namespace) -> None:
+    if opts.gpu:
+        raise SystemExit("--loglik runs on the host targets (the GPU's one-launch reduction "
+                         "is not built yet)")
+    sizes = tuple(int(float(s)) for s in opts.sizes.split(",")) if opts.sizes else (10**5, 10**7)
+    rows = loglik_rows(sizes, opts.target, opts.quick)
+    meta = machine_info({"suite": "loglik", "target": opts.target,
+                         "function": "np.log(gaussian(x, mu, s)).sum(), float32"})
+    for row in rows:
+        print(row, flush=True)
+    if opts.save:
+        print("saved", _save(opts.name or f"cpu-{opts.target}", rows, meta, opts.save, "loglik"))
     else:
         print(not_saved_hint())
 

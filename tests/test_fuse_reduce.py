@@ -233,3 +233,34 @@ def test_a_long_reduction_in_pieces_is_exact_and_the_same_on_every_target():
     g = gf.fuse(lambda a: (np.max(a), np.any(a > 4), np.mean(a, dtype=np.float64)))
     for result, want in zip(g(x, target="parallel"), g.func(x)):
         np.testing.assert_allclose(result, want, rtol=1e-12)
+
+
+def test_check_fused_checks_reductions_within_numpys_summation_error():
+    """check_fused draws arguments (infinities and NaN included) and bounds a compensated sum's
+    distance from NumPy's pairwise one by NumPy's own error; an integer or a maximum exactly."""
+    from gpufuncs.testing import check_fused
+
+    check_fused(stats, np.ones((2, 3)), np.ones(3), targets=["cpu"], max_examples=15)
+    check_fused(gf.fuse(lambda a, b: (np.exp(a) * b).mean(axis=0)), np.ones(3, np.float32), 1.5,
+                targets=["cpu"], ulps=4, max_examples=15)
+
+
+def test_check_fused_finds_a_sum_beyond_numpys_error():
+    from gpufuncs.testing_fused import assert_like_eager
+
+    f = gf.fuse(lambda a: a.sum())
+    x = np.linspace(0, 1, 1001)
+    assert_like_eager(f, (x,), "cpu")
+
+
+    class OffByMoreThanRounding:
+        """``f``, whose sums are off by far more than any summation's rounding."""
+
+        def __init__(self):
+            self.func, self.reduced, self.__name__ = f.func, f.reduced, "off"
+
+        def __call__(self, *args, **kwargs):
+            return f(*args, **kwargs) * (1 + 1e-12)
+
+    with pytest.raises(AssertionError, match="beyond NumPy's summation error"):
+        assert_like_eager(OffByMoreThanRounding(), (x,), "cpu")

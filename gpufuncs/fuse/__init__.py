@@ -24,7 +24,7 @@ from ..dispatch.args import describe
 from ..errors import FusionError
 from ..spec import KernelSpec, parse_loop
 from .emit import reduction_function, scalar_function, signature
-from .reduction import ReducingPart
+from .reduction import ReducingPart, Reduction
 from .trace import WEAK, Trace, trace
 
 #: Keywords of a call that go to the fused kernel (the function itself takes none of its own).
@@ -134,20 +134,34 @@ class Fused:
         parts, names = [], tuple(self._signature.parameters)
         for r in traced.reductions:
             arguments = tuple(sorted(traced.depends[r.symbol]))
-            parts.append(ReducingPart(r, arguments, [traced.dtypes[i] for i in arguments], self.func.__name__,
-                                      tuple(names[i] for i in arguments),
-                                      functools.partial(reduction_function, traced, self.func, arguments, r)))
+            part = ReducingPart(r, arguments, [traced.dtypes[i] for i in arguments], self.func.__name__,
+                                tuple(names[i] for i in arguments),
+                                functools.partial(reduction_function, traced, self.func, arguments, r))
+            part.values = self._kernel(traced, arguments, (r.symbol,))
+            parts.append(part)
         return tuple(parts)
+
+    def reduced(self, *args: Any) -> tuple[tuple[Reduction, Any], ...]:
+        """For a function that returns reductions: each reduction and the values it reduces in a
+        call with ``args`` (computed by an elementwise kernel on ``cpu``, NumPy arrays), as the
+        testing module bounds a compensated sum's distance from NumPy's by them."""
+        found = self._compiled_for(args)
+        return tuple((part.reduction, part.values(*(args[i] for i in part.arguments), target="cpu"))
+                     for part in found.reductions)
 
     def _part(self, traced: Trace, arguments: tuple[int, ...], positions: tuple[int, ...]) -> _Part:
         outputs = tuple(traced.outputs[k] for k in positions)
+        return _Part(self._kernel(traced, arguments, outputs), arguments, positions)
+
+    def _kernel(self, traced: Trace, arguments: tuple[int, ...], outputs: tuple[int, ...]) -> Kernel:
+        """The elementwise kernel of ``traced``'s symbols ``outputs`` of the ``arguments``."""
         body = scalar_function(traced, self.func, arguments, outputs)
         names = tuple(self._signature.parameters)
         spec = KernelSpec(name=self.func.__name__, pyfunc=body,
                           loops=(parse_loop(signature(traced, arguments, outputs), len(arguments), False),),
                           layout=None, reference=None, tolerances={},
                           doc=inspect.getdoc(self.func) or "", arg_names=tuple(names[i] for i in arguments))
-        return _Part(Kernel(spec), arguments, positions)
+        return Kernel(spec)
 
     def result_dtypes(self, *args: Any) -> tuple[np.dtype, ...]:
         """The dtypes of the results of a call with arguments like ``args``: NumPy's, as the

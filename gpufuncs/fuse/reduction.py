@@ -169,6 +169,8 @@ class ReducingPart:
         self.reduction, self.arguments, self.name, self.names = reduction, arguments, name, names
         self._dtypes, self._make_body = dtypes, make_body
         self._kernels: dict[tuple[tuple[bool, ...], bool], Kernel] = {}
+        #: The elementwise kernel of the values reduced (see ``Fused.reduced``).
+        self.values: Kernel | None = None
 
     def __call__(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         r = self.reduction
