@@ -268,10 +268,16 @@ def test_a_new_process_measures_nothing(kernels, tmp_path):
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.splitlines()[-1])
 
-    first, second = run(), run()
-    assert first["proxies"] == ["cpu", "parallel"] and first["timed"]["cpu"] == 2 * auto.SAMPLES
+    # A thread start measured in an overloaded stretch (IMPLAUSIBLE_START: the slow suite's two
+    # workers on two cores) is kept from the disk, rightly: the first process runs again then.
+    for _ in range(3):
+        first = run()
+        assert first["proxies"] == ["cpu", "parallel"] and first["timed"]["cpu"] == 2 * auto.SAMPLES
+        if list(tmp_path.glob("auto-*.json")):
+            break
+    assert len(list(tmp_path.glob("auto-*.json"))) == 1, "three thread starts measured, all implausible"
+    second = run()
     assert second["proxies"] == [] and second["timed"] == {"cpu": 0, "parallel": 0}
-    assert len(list(tmp_path.glob("auto-*.json"))) == 1
     # What the second process knows is what the first learned (or still learns, where its
     # calls never reached the sizes from which parallel could pay on this machine).
     assert second["crossovers"] == first["crossovers"]

@@ -60,8 +60,11 @@ def _env(cache: Path) -> dict[str, str]:
 
 
 def _probe(cache: Path) -> dict:
+    # In the warmup's working directory: run from a checkout's root, `python -c` would import
+    # the checkout's gpufuncs (the current directory first on sys.path), `-m gpufuncs` in the
+    # other directory the installed one, and Numba keys its cache by the source files' paths.
     done = subprocess.run([sys.executable, "-c", PROBE], env=_env(cache), capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=cache)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
