@@ -774,3 +774,30 @@ def test_a_resolved_call_is_not_run_on_arguments_it_was_not_resolved_for():
     assert resolved.target == "cpu" and resolved.plan.inputs[0].dtype == x.dtype
     with pytest.raises(TypeError, match="not callable"):
         resolved((x, 0.0, 1.0))  # the point: a ResolvedCall cannot be called
+
+
+def test_0d_arrays_run_the_loop_of_numpy_scalars_without_a_compilation(restore_registry):
+    """A 0-d array is a NumPy scalar of its dtype to NumPy's rules: it runs the loop Python and
+    NumPy scalars compiled, with their results (a NumPy scalar where every input is 0-d)."""
+    from numba.core import event
+
+    kernel = gf.ufunc(signatures=["float64(float64, float64)"], reference=lambda a, b: a * b + 1,
+                      name="test_zero_d", replace=True)(lambda a, b: a * b + 1)
+    x = np.linspace(0, 1, 50)
+    kernel(x, 2.0, target="cpu")
+    kernel(0.5, 2.0, target="cpu")
+    compiled = []
+
+    class Count(event.Listener):
+        def on_start(self, ev):
+            compiled.append(ev)
+
+        def on_end(self, ev):
+            pass
+
+    with event.install_listener("numba:compile", Count()):
+        with_0d = kernel(x, np.array(2.0), target="cpu")
+        all_0d = kernel(np.array(0.5), np.array(2.0), target="cpu")
+    assert compiled == []
+    np.testing.assert_array_equal(with_0d, x * 2.0 + 1)
+    assert type(all_0d) is np.float64 and all_0d == 2.0

@@ -12,6 +12,7 @@ such arrays here, once decided per call signature:
   dtype is rounded to float16 before the cast (computed into a new array, then copied);
 * longdouble, which no compiled loop reads or writes, is cast on the host: inputs to the loop
   chosen with ``dtype=``, results into a longdouble ``out=`` through a new array;
+* 0-d input arrays are read as NumPy scalars (their loop is the scalars' one);
 * 0-d results become NumPy scalars, as NumPy returns them.
 """
 
@@ -109,9 +110,17 @@ def _conversion(info: Arg, listlike: bool, loop_input: np.dtype) -> Callable[[An
         # A Python int's value is not in the call signature: each call's must fit the loop's
         # integer type, and NumPy's scalar raises its own OverflowError where it does not.
         return loop_input.type
+    if info.role == HOST and info.cls is np.ndarray and info.shape == () and info.dtype.kind in "biufc":
+        # A 0-d array is a NumPy scalar of its dtype to NumPy's rules (NEP 50): read as one, it
+        # runs the loop NumPy scalars and Python numbers already compiled, not one of its own.
+        return _item
     if listlike or (info.role == HOST and info.cls is not np.ndarray):
         return np.asarray  # a plain view of a subclass; a new array of a list
     return None
+
+
+def _item(value: np.ndarray) -> Any:
+    return value[()]
 
 
 def _as_half(value: Any) -> np.ndarray:
