@@ -49,6 +49,11 @@ RATIO_TABLES = (
      "(target cpu)", "fused/unfused", "the same calls unfused"),
     ("cpu-16core-parallel_fuse", "Fusion (gf.fuse) of the same chain, 16-core host of the GPU machine "
      "(target parallel)", "fused/unfused", "the same calls unfused"),
+    ("cpu_loglik", "A fused reduction: np.log(gaussian(x, mu, s)).sum(), float32, 2-core CI machine "
+     "(target cpu; beside NumPy: the same calls unfused, np.sum(x) alone)", "fused/numpy",
+     "NumPy's eager expression"),
+    ("cpu-parallel_loglik", "The same fused reduction, 2-core CI machine (target parallel)", "fused/numpy",
+     "NumPy's eager expression"),
     ("gpu-h100_fuse", "Fusion (gf.fuse) of the same chain, H100 (CuPy arrays; every ratio in one run: "
      "fused over the unfused calls, cupy.fuse, torch.compile)", "fused/torch.compile pipe",
      "torch.compile, pipelined"),
