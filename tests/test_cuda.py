@@ -370,9 +370,9 @@ def scaled_add(a, b, c):
 
 
 def test_cupy_calls_that_allocate_are_checked_on_every_call(cp):
-    """The straight executor of all-CuPy calls with a new output: right values in a new array
-    on the device, every input's alignment checked by its own itemsize, and the calls it hands
-    on (``out=``, ``stream=``) answered as the general executor answers them."""
+    """All-CuPy calls with a new output (the commonest device call, on its kept executor):
+    right values in a new array on the device, every input's alignment checked by its own
+    itemsize, and the same call signature with ``out=`` and ``stream=``."""
     a32 = np.arange(-40, 40, dtype=np.int32)
     b64, c64 = np.arange(80, dtype=np.int64) * 3, np.full(80, -7, np.int64)
     expected = scaled_add(a32, b64, c64, target="cpu")

@@ -15,7 +15,7 @@ import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -169,29 +169,6 @@ def allocator(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: S
     if kind == SIM:
         return (lambda like, handle, current: _sim_output(storage, dtype, back)), None
     return _numba_allocator(shape, storage, dtype, back, runtime)
-
-
-class OnCurrentStream(NamedTuple):
-    """A new output made with no Python frame of ours, ordered on its library's current stream
-    (the commonest device call: see ``device._new_output_executor``)."""
-
-    new: Callable[[], Any]  # the memory (``raw``), from the library's pool
-    address: Callable[[Any], int]  # ``raw``'s device address
-    make: Callable[[Any], Any]  # the array the caller gets, made after the launch
-
-
-def on_current_stream(kind: str | None, shape: tuple[int, ...], dtype: np.dtype, axes: Sequence[int],
-                      runtime: Runtime) -> OnCurrentStream | None:
-    """How :func:`allocator`'s output is made where the call runs on its library's current
-    stream, as C callables; ``None`` where that takes more (another device current, a stored
-    order other than C, a library without such calls)."""
-    if kind != CUPY or runtime.simulated or runtime.switching or tuple(axes) != tuple(range(len(shape))):
-        return None
-    import cupy
-
-    size = max(math.prod(shape) * dtype.itemsize, 1)
-    return OnCurrentStream(functools.partial(cupy.cuda.alloc, size), operator.attrgetter("ptr"),
-                           functools.partial(cupy.ndarray, tuple(shape), dtype))
 
 
 def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, ...] | None,

@@ -300,9 +300,6 @@ class _Decisions:
     #: key) would stop the GPU's context with a sticky error, so each call checks it.
     alignment: tuple[tuple[int, int], ...]
     runtime: Any
-    #: The one new output's straight allocation, where every input is a device array of its
-    #: library (see :func:`_new_output_executor`).
-    on_current: arrays.OnCurrentStream | None = None
 
     @property
     def fast(self) -> bool:
@@ -329,20 +326,7 @@ def _decide(spec: KernelSpec, kernels: CudaKernels, plan: Plan, runtime: Any) ->
     names = tuple(name for name, _ in _named(spec, plan)) if plan.outs is not None else spec.input_names
     return _Decisions(spec.name, names, nin, tuple(operands), allocators, host_outs, mask is not None,
                       constant_where, staging, main, _Streams.of(operands, runtime),
-                      _overlap_pairs(given, nin, nout), alignment, runtime,  # overlap: as given
-                      _on_current(spec, plan, operands, runtime))
-
-
-def _on_current(spec: KernelSpec, plan: Plan, operands: list[_Operand],
-                runtime: Any) -> arrays.OnCurrentStream | None:
-    """The straight allocation of a call signature whose inputs are all device arrays of one
-    library and that allocates its one output (None for any other)."""
-    kinds = {op.kind for op in operands[: spec.nin]}
-    if plan.outs is not None or spec.nout != 1 or len(kinds) != 1 or None in kinds:
-        return None
-    shape = plan.out_shapes[0]
-    return arrays.on_current_stream(kinds.pop(), shape, plan.result_dtypes[0],
-                                    _output_axes(spec, plan, shape), runtime)
+                      _overlap_pairs(given, nin, nout), alignment, runtime)  # overlap: as given
 
 
 def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, runtime: Runtime) -> Executor:
@@ -351,8 +335,6 @@ def prepare(spec: KernelSpec, kernels: CudaKernels, plan: Plan, runtime: Runtime
     _refuse_byte_swapped(spec, plan)
     decisions = _decide(spec, kernels, plan, runtime)
     execute = _fast_executor(decisions) if decisions.fast else _Executor(decisions)
-    if decisions.fast and decisions.on_current is not None:
-        execute = _new_output_executor(decisions, execute)
     return decisions.runtime.guarded(execute)
 
 
@@ -473,42 +455,6 @@ def _fast_executor(d: _Decisions) -> Executor:
         go(values, handle)
         del keep
         return outs
-
-    return execute
-
-
-def _new_output_executor(d: _Decisions, general: Executor) -> Executor:
-    """The executor of the commonest device call, ``kernel(a, b, ...)`` on arrays of one
-    library (CuPy) with its current stream: one new output, made by C callables, and the
-    launch, with nothing else decided per call. The measured CPU cost of a call is what a
-    pipelined stream of small calls runs at, and this saves about a microsecond of ten.
-
-    Anything else this call signature may be given per call (``out=``, ``stream=``, NumPy's
-    error state asking for the kernel's flags) goes to ``general``."""
-    get = d.operands[0].get
-    stream_of = d.streams.producers[0][1]
-    new, address_of, make = d.on_current
-    alignment, launch, flagged = d.alignment, d.main.launch, d.main.takes_flags
-    bound, bind, errstate_now = d.runtime.bound, d.runtime.bind_thread, fpflags.errstate_now
-
-    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        if outs is not None or stream is not None:
-            return general(inputs, outs, where, stream)
-        if flagged:  # fpflags.watched(), inline (see _fast_executor)
-            seen = fpflags.seen
-            if seen[0] is not errstate_now() or seen[1]:
-                return general(inputs, outs, where, stream)
-        if not hasattr(bound, "here"):
-            bind()
-        handle = stream_of(inputs[0]) or 0
-        values = list(map(get, inputs))
-        for i, misaligned in alignment:
-            if values[i] & misaligned:
-                raise _misaligned(d, i, values[i])
-        raw = new()
-        values.append(address_of(raw))
-        launch(values, handle)
-        return (make(raw),)
 
     return execute
 
