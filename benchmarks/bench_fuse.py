@@ -68,9 +68,15 @@ def _host_calls(x: np.ndarray, target: str) -> dict[str, Callable[[], Any]]:
 
 def cpu_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[str, Any]]:
     """Fused, unfused, NumPy and numexpr on the host, per size (µs per call)."""
+    return _host_rows(_host_calls, sizes, target, quick)
+
+
+def _host_rows(calls_on: Callable[[np.ndarray, str], dict[str, Callable[[], Any]]], sizes: tuple[int, ...],
+               target: str, quick: bool) -> list[dict[str, Any]]:
+    """Per size, each call's time (µs) and the fused call's ratio to each other one."""
     rows = []
     for n in sizes:
-        calls = _host_calls(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32), target)
+        calls = calls_on(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32), target)
         repeat = 5 if quick else (15 if n >= 10**7 else 60)
         row: dict[str, Any] = {"n": n, "target": target}
         for label, fn in calls.items():
@@ -102,19 +108,7 @@ def _loglik_calls(x: np.ndarray, target: str) -> dict[str, Callable[[], Any]]:
 def loglik_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[str, Any]]:
     """The log-likelihood fused, as the same calls unfused, as NumPy's eager expression, and
     ``np.sum(x)`` alone (reading ``x`` once: the floor of any pass over it), µs per call."""
-    rows = []
-    for n in sizes:
-        calls = _loglik_calls(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32), target)
-        repeat = 5 if quick else (15 if n >= 10**7 else 60)
-        row: dict[str, Any] = {"n": n, "target": target}
-        for label, fn in calls.items():
-            row[f"{label} us"] = round(1e6 * measure(fn, repeat=repeat, inner=1), 2)
-        for label in calls:
-            if label != "fused":
-                pair = measure_pair(calls["fused"], calls[label], inner=None, repeat=repeat)
-                row[f"fused/{label}"] = round(pair[0] / pair[1], 3)
-        rows.append(row)
-    return rows
+    return _host_rows(_loglik_calls, sizes, target, quick)
 
 
 def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:

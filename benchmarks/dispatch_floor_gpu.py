@@ -1,0 +1,114 @@
+"""Where a small gpufuncs call on CuPy arrays spends its CPU time, and the floor of any Python
+dispatch, beside CuPy's ``ElementwiseKernel`` (issue 30's pipelined int64 ``a * b + c``).
+
+Each line is the median over 31 repetitions of 200 calls followed by one synchronize (the
+pipelined regime, where a small call's CPU cost is what the GPU waits for). Besides the whole
+call and its pieces (the resolved call, the executor, the launch alone, the allocation alone,
+keying the arguments), it times a *straight* call: a Python function doing only what any
+dispatch must (key the arguments, find the executor, read the pointers, allocate, pack and
+launch), with every step inline. That is the floor a Python dispatch can reach; CuPy's is
+Cython. Diagnostic only: it reads the executor's closure, so it follows the code it measures.
+
+Run on a GPU machine: ``python -m benchmarks.dispatch_floor_gpu [n]`` (default 10**4).
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import gpufuncs as gf
+from gpufuncs.dispatch.args import ABSENT, keyer_of
+
+
+@gf.ufunc(signatures=["int64(int64, int64, int64)"], reference=lambda a, b, c: a * b + c,
+          name="floor_muladd", replace=True)
+def floor_muladd(a, b, c):
+    return a * b + c
+
+
+def _cases(n: int) -> dict[str, Callable[[], Any]]:
+    import cupy as cp
+
+    ek = cp.ElementwiseKernel("int64 a, int64 b, int64 c", "int64 y", "y = a * b + c", "floor_ek")
+    rng = np.random.default_rng(0)
+    a, b, c = (cp.asarray(rng.integers(-1000, 1000, n)) for _ in range(3))
+    floor_muladd(a, b, c)
+    resolved = floor_muladd.resolve(a, b, c)
+    execute = resolved._executor
+    found = inspect.getclosurevars(execute).nonlocals
+    launch, stream_of = found["launch"], found["stream_of"]
+    launching = inspect.getclosurevars(launch).nonlocals
+    pack, function = launching["pack"], launching["address"]
+    launch_kernel, blocks = launching["launch_kernel"], launching["blocks"]
+    store = inspect.getclosurevars(pack).nonlocals["local"]
+    out = cp.empty(n, cp.int64)
+    values = [a.data.ptr, b.data.ptr, c.data.ptr, out.data.ptr]
+    pack_into = struct.Struct("<4q").pack_into
+    size, alloc, current = n * 8, cp.cuda.alloc, cp.cuda.get_current_stream
+    new, ndarray, shape, dtype = cp.ndarray.__new__, cp.ndarray, (n,), np.dtype(np.int64)
+    keyer = keyer_of(type(a))
+
+    def straight(inputs: tuple[Any, ...]) -> Any:
+        handle = current().ptr
+        pointers = [x.data.ptr for x in inputs]
+        memory = alloc(size)
+        pack_into(store.store, 0, *pointers, memory.ptr)
+        launch_kernel(function, blocks, 1, 1, 256, 1, 1, 0, handle, store.address, 0)
+        made = new(ndarray, _no_init=True)
+        made._init(shape, dtype, memory)
+        return made
+
+    table = {(keyer(a), keyer(b), keyer(c)): straight}
+
+    def straight_call(*args: Any) -> Any:
+        return table[tuple(keyer(x) for x in args)](args)
+
+    return {
+        "cupy ElementwiseKernel": lambda: ek(a, b, c),
+        "gpufuncs call": lambda: floor_muladd(a, b, c),
+        "resolved call": lambda: resolved._run((a, b, c), ABSENT, ABSENT, {}),
+        "executor": lambda: execute((a, b, c), None, True, None),
+        "straight call (the floor)": lambda: straight_call(a, b, c),
+        "straight executor": lambda: straight((a, b, c)),
+        "launch alone": lambda: launch(values, 0),
+        "allocation alone": lambda: alloc(size),
+        "stream read": lambda: stream_of(a),
+        "three keys": lambda: (keyer(a), keyer(b), keyer(c)),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    import cupy as cp
+
+    n = int(float((argv or sys.argv[1:] or ["1e4"])[0]))
+    cases = _cases(n)
+    sync = cp.cuda.get_current_stream().synchronize
+    for fn in cases.values():
+        for _ in range(50):
+            fn()
+    sync()
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(31):
+        for label, fn in cases.items():
+            start = time.perf_counter()
+            for _ in range(200):
+                fn()
+            sync()
+            times[label].append((time.perf_counter() - start) / 200 * 1e6)
+    reference = statistics.median(times["cupy ElementwiseKernel"])
+    print(f"n = {n}, pipelined, us per call (and over CuPy's ElementwiseKernel)")
+    for label, samples in times.items():
+        median = statistics.median(samples)
+        print(f"  {label:28s} {median:8.2f}  {median / reference:6.3f}x")
+
+
+if __name__ == "__main__":
+    main()
