@@ -439,3 +439,20 @@ def test_cuda_fpstatus_0_compiles_the_check_out():
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[inf inf inf inf inf]"
+
+
+@gf.ufunc(signatures=["float64(int64)", "float32(float32)", "float64(float64)"])
+def finite_or_zero(x):
+    return x if math.isfinite(x) else 0.0
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("parallel", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_math_isfinite_of_an_infinity_raises_no_flag(target, dtype):
+    """Numba's math.isfinite computes x - x, which raises the invalid flag for an infinity: a
+    kernel testing its input, as NumPy's np.isfinite does, must not warn where NumPy does not."""
+    values = np.array([np.inf, -np.inf, np.nan, 2.0]) if dtype != np.int64 else np.array([3, -4])
+    x = values.astype(dtype)
+    with np.errstate(all="raise"):
+        result = finite_or_zero(x, target=target)
+    np.testing.assert_array_equal(result, np.where(np.isfinite(x), x, 0))

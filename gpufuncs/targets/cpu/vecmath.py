@@ -878,7 +878,15 @@ def namespace() -> types.ModuleType:
             setattr(mod, attr, getattr(math, attr))
     for attr in _REPLACED:
         setattr(mod, attr, globals()[attr])
+    mod.isfinite = isfinite
     return mod
+
+
+@njit(inline="always")
+def isfinite(x):
+    """``math.isfinite`` by a comparison, as NumPy's loops test it: Numba's computes ``x - x``,
+    which raises the invalid flag for an infinity (a warning NumPy never gives)."""
+    return abs(x) < math.inf
 
 
 def with_vector_math(pyfunc: types.FunctionType) -> types.FunctionType:
