@@ -120,14 +120,15 @@ def assert_like_eager(fused: Any, args: Sequence[Any], target: str, ulps: int = 
     expected = expected if isinstance(expected, tuple) else (expected,)
     got = got if isinstance(got, tuple) else (got,)
     assert len(got) == len(expected), f"{where}: {len(got)} results, eagerly {len(expected)}"
-    reduced = fused.reduced(*args) if hasattr(fused, "reduced") else ()
+    reduced: Sequence[tuple[Any, Any]] = fused.reduced(*args) if hasattr(fused, "reduced") else ()
     for k, (g, e) in enumerate(zip(got, expected)):
         g = g.copy_to_host() if hasattr(g, "copy_to_host") else np.asarray(g)
         e = np.asarray(e)
         assert (g.dtype, g.shape) == (e.dtype, e.shape), \
             f"{where}, result {k}: {g.dtype} {g.shape}, eagerly {e.dtype} {e.shape}"
         if reduced and e.dtype.kind in "fc" and reduced[k][0].name in ("sum", "mean", "prod"):
-            _assert_reduced(g, e, *reduced[k], ulps, f"{where}, result {k} ({reduced[k][0].name})")
+            reduction, values = reduced[k]
+            _assert_reduced(g, e, reduction, values, ulps, f"{where}, result {k} ({reduction.name})")
         elif e.dtype.kind == "c":
             _assert_close(g.real, e.real, ulps, f"{where}, result {k} (real part)")
             _assert_close(g.imag, e.imag, ulps, f"{where}, result {k} (imaginary part)")
