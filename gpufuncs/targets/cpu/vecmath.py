@@ -100,9 +100,11 @@ from ..compose import Copies, rebind
 from ..numpy_complex import numpy_arithmetic
 from ..numpy_complex import swapped as numpy_cmath
 
-__all__ = ["exp", "exp2", "expm1", "log", "log1p", "namespace", "pow", "sqrt", "with_vector_math"]
+__all__ = ["exp", "exp2", "expm1", "isfinite", "log", "log1p", "namespace", "pow", "sqrt", "with_vector_math"]
 
 _REPLACED = ("exp", "exp2", "expm1", "log", "log1p", "pow", "sqrt")
+#: What :func:`namespace` swaps: the replaced functions, and ``isfinite`` (see it).
+_SWAPPED = (*_REPLACED, "isfinite")
 
 # --------------------------------------------------------------------------------------------
 # The implementations are written as LLVM IR (see "Numba glue" below for how they reach the
@@ -876,9 +878,8 @@ def namespace() -> types.ModuleType:
     for attr in dir(math):
         if not attr.startswith("_"):
             setattr(mod, attr, getattr(math, attr))
-    for attr in _REPLACED:
+    for attr in _SWAPPED:
         setattr(mod, attr, globals()[attr])
-    mod.isfinite = isfinite
     return mod
 
 
