@@ -103,17 +103,18 @@ for _name in ("array_ufunc", "array_function", "getitem", "bool", "float", "int"
     setattr(Reduced, f"__{_name}__", Reduced._refuse)
 
 
-def bind(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Reduction]:
-    """``np.<name>(*args, **kwargs)`` checked as NumPy's parameters: its operand and the
-    :class:`Reduction` of it (without its symbol and dtypes, which the tracer adds)."""
+def bind(name: str, args: tuple[Any, ...],
+         kwargs: dict[str, Any]) -> tuple[Any, tuple[int, ...] | None, bool, Any]:
+    """``np.<name>(*args, **kwargs)`` checked as NumPy's parameters: its operand, ``axis`` (a
+    tuple, or ``None`` for all), ``keepdims`` and the ``dtype=`` given (``None``: none)."""
     bound = inspect.signature(_PARAMETERS[name]).bind(*args, **kwargs)
     bound.apply_defaults()
     given = bound.arguments
     for keyword in ("out", "initial", "where"):
         if keyword in given and given[keyword] is not _ABSENT and given[keyword] is not None:
-            raise Unfusable(f"{name}({keyword}=...) is not fused (give out= to the fused call)")
-    return given["a"], Reduction(name, -1, _axis(given["axis"]), bool(given["keepdims"]),
-                                 given.get("dtype"))
+            hint = " (give out= to the fused call)" if keyword == "out" else ""
+            raise Unfusable(f"{name}({keyword}=...) is not fused{hint}")
+    return given["a"], _axis(given["axis"]), bool(given["keepdims"]), given.get("dtype")
 
 
 def _axis(axis: Any) -> tuple[int, ...] | None:

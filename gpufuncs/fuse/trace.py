@@ -19,7 +19,7 @@ and the line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -272,14 +272,14 @@ class _Tracer:
 
     def reduce(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Reduced:
         """``np.<name>(*args, **kwargs)`` of a symbol: recorded, to end the function with."""
-        operand, reduction = bind(name, args, kwargs)
+        operand, axis, keepdims, given = bind(name, args, kwargs)
         if not isinstance(operand, Symbol) or operand.index in self.weak:
             raise Unfusable(f"{name}() of a value that is not an array computed from the arguments "
                             "is not fused")
-        dtype = accumulated(name, self.dtype_of(operand), reduction.dtype)
+        dtype = accumulated(name, self.dtype_of(operand), given)
         if dtype == HALF or dtype.kind not in "biufc":
             raise Unfusable(f"{name}() in dtype {dtype} is not fused")
-        return Reduced(replace(reduction, symbol=operand.index, dtype=dtype))
+        return Reduced(Reduction(name, operand.index, axis, keepdims, dtype))
 
     def _where(self, condition: Any, a: Any, b: Any) -> Symbol:
         # np.where's result dtype: np.result_type of the two values (weak scalars as values).
