@@ -140,7 +140,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     acc, name = reduction.dtype, reduction.name
     mapped = numba.njit(scalar_function(trace, like, arguments, (reduction.symbol,)))
     scope = {"mapped": mapped, "math": math, "np": np, **HELPERS, **_CASTS, **COMPENSATED,
-             "k_init": acc.type(_initial(name, acc)), "k_type": acc.type, "__name__": like.__module__}
+             "k_init": acc.type(_initial(name, acc)), "k_type": acc.type,
+             "k_wide": (np.complex128 if acc.kind == "c" else np.float64)(0), "__name__": like.__module__}
     params = [f"a{i}" for i in arguments]
     first = params[arrays.index(True)]
     value = f"mapped({', '.join(f'{p}[i, j]' if a else p for p, a in zip(params, arrays))})"
@@ -165,24 +166,30 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
 def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
     """A floating sum's statements: each value (or, ``blocked``, each block's sum and the
     rounding errors of summing it, see :func:`.reduction.block_sum`) added with Neumaier's
-    compensation, real and imaginary parts apart, in the accumulation dtype."""
+    compensation, real and imaginary parts apart. On the host, ``float32`` and ``complex64``
+    values are summed in ``float64`` (a block's plain sum there loses less than the compensated
+    float32 one, and vectorizes), the total rounded once to the accumulation dtype."""
     part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
+    wide = np.dtype(np.float64) if blocked else part  # (a GPU thread sums in the dtype itself)
     parts = ("r", "i") if acc.kind == "c" else ("r",)
-    lines = [f"    s{k} = c{k} = t_{part.name}(0)" for k in parts]
+    lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:
+        plain = part.itemsize < wide.itemsize
+        block = ("v, e = block_sum_wide(buf, m, k_wide), k_wide" if plain else
+                 "v, e = block_sum(buf, m, k_init)")
         lines += [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", loops[0],
                   f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
                   "            for j in range(j0, j0 + m):", f"                buf[j - j0] = {cast}",
-                  "            v, e = block_sum(buf, m, k_init)"]
+                  f"            {block}"]
     else:
         lines += [*loops, f"            v = {cast}"]
     for k in parts:
         component = ("v.real" if k == "r" else "v.imag") if acc.kind == "c" else "v"
-        lines += [f"            p, q = compensated_add(s{k}, c{k}, {component})",
-                  f"            s{k} = t_{part.name}(p)", f"            c{k} = t_{part.name}(q)"]
+        lines += [f"            p, q = compensated_add(s{k}, c{k}, t_{wide.name}({component}))",
+                  f"            s{k} = p", f"            c{k} = q"]
         if blocked:  # the block's own rounding errors, kept apart by block_sum
-            lines.append(f"            c{k} = t_{part.name}(c{k} + {component.replace('v', 'e', 1)})")
-    totals = [f"compensated_total(s{k}, c{k})" for k in parts]
+            lines.append(f"            c{k} = c{k} + t_{wide.name}({component.replace('v', 'e', 1)})")
+    totals = [f"t_{part.name}(compensated_total(s{k}, c{k}))" for k in parts]
     return [*lines, f"    out[0] = {'complex(' + ', '.join(totals) + ')' if acc.kind == 'c' else totals[0]}"]
 
 
