@@ -175,7 +175,7 @@ def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:
         plain = part.itemsize < wide.itemsize
-        block = ("v, e = block_sum_wide(buf, m, k_wide), k_wide" if plain else
+        block = ("v, e = plain_block_sum(buf, m, k_wide), k_wide" if plain else
                  "v, e = block_sum(buf, m, k_init)")
         lines += [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", loops[0],
                   f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",

@@ -323,10 +323,10 @@ def _into(out: Any, result: Any, r: Reduction) -> Any:
 
 # -- compensated sums: njit helpers the reduction kernels call ----------------------------------------
 @numba.njit
-def block_sum_wide(values, m, zero):
-    """The plain sum of ``values[:m]`` (float32 or complex64) in ``zero``'s wider type, in eight
-    running sums as :func:`block_sum`'s: rounding 128 float32 values in float64 loses less than
-    a float32 compensation keeps."""
+def plain_block_sum(values, m, zero):
+    """The plain sum of ``values[:m]`` in ``zero``'s type, in eight running sums combined
+    pairwise as NumPy's pairwise summation sums a block (:func:`block_sum`'s first pass; for
+    float32 values in float64, it loses less than a float32 compensation keeps)."""
     r0 = r1 = r2 = r3 = r4 = r5 = r6 = r7 = zero
     whole = m - m % 8
     for j in range(0, whole, 8):
@@ -383,22 +383,10 @@ def block_sum(values, m, zero):
     TwoSum (branch-free, so the lanes vectorize: the error of every addition is kept), where
     the plain sum is finite (else that, as NumPy's). Complex values work as they are: TwoSum
     of each part is the same operations. ``zero``: of the values' type."""
-    whole = m - m % 8
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
-    for j in range(0, whole, 8):  # the plain sum first: where it is not finite, it is the sum
-        s0 += values[j]
-        s1 += values[j + 1]
-        s2 += values[j + 2]
-        s3 += values[j + 3]
-        s4 += values[j + 4]
-        s5 += values[j + 5]
-        s6 += values[j + 6]
-        s7 += values[j + 7]
-    plain = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-    for j in range(whole, m):
-        plain += values[j]
+    plain = plain_block_sum(values, m, zero)  # first: where it is not finite, it is the sum
     if not _finite(plain):  # (TwoSum of an infinity computes inf - inf: the invalid flag)
         return plain, zero
+    whole = m - m % 8
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
     e0 = e1 = e2 = e3 = e4 = e5 = e6 = e7 = zero
     for j in range(0, whole, 8):
@@ -430,4 +418,5 @@ def _two_sum(s, v, error):
 
 
 #: The helpers by the names the reduction kernels' text uses.
-COMPENSATED = {f.py_func.__name__: f for f in (compensated_add, compensated_total, block_sum, block_sum_wide)}
+COMPENSATED = {f.py_func.__name__: f
+               for f in (compensated_add, compensated_total, block_sum, plain_block_sum)}
