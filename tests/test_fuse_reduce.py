@@ -264,3 +264,52 @@ def test_check_fused_finds_a_sum_beyond_numpys_error():
 
     with pytest.raises(AssertionError, match="beyond NumPy's summation error"):
         assert_like_eager(OffByMoreThanRounding(), (x,), "cpu")
+
+
+def _gpu_arrays():
+    """The kinds of arrays a GPU reduction takes: host arrays (copied by the call, their pieces
+    contiguous chunks) and, on a GPU, CuPy's (their pieces interleaved)."""
+    import os
+    kinds = [np.asarray]
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        cupy = pytest.importorskip("cupy")
+        kinds.append(cupy.asarray)
+    return kinds
+
+
+@pytest.mark.cuda
+def test_gpu_reductions_cut_into_pieces_are_exact_and_repeat_bit_for_bit(monkeypatch):
+    """A GPU reduction to few results cuts its longer core axis into pieces, a thread each, the
+    rest of it an element a thread: every value is reduced exactly once (integers, extremes and
+    ``any`` exact; sums at least as accurate as NumPy's), and a second call gives the same bits.
+    The simulator runs it with small pieces (each GPU thread is a Python thread there)."""
+    import sys
+
+    reduction = sys.modules["gpufuncs.fuse.reduction"]
+    if __import__("os").environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        monkeypatch.setattr(reduction, "GPU_THREADS", 48)
+        monkeypatch.setattr(reduction, "GPU_PIECE", 4)
+        n = 203  # 48 pieces of 4 and a rest of 11
+    else:
+        n = reduction.GPU_THREADS * reduction.GPU_PIECE + 12345
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(n).astype(np.float32)
+    k = rng.integers(-50, 50, (3, n // 3)).astype(np.int32)
+    total = gf.fuse(lambda a: (a * a - 1).sum())
+    rows = gf.fuse(lambda a: (np.max(a * 2, axis=1), np.min(a, axis=0), np.sum(a, axis=1), (a > 45).any()))
+    tall = gf.fuse(lambda a: (np.prod(a != 0, axis=(0, 1)), np.mean(a)))  # cut along the core's rows
+    exact = math.fsum((x.astype(np.float64) ** 2 - 1).astype(np.float32).astype(np.float64))
+    kt = np.ascontiguousarray(k.T)
+    for to in _gpu_arrays():
+        first, again = (_host(total(to(x), target="cuda")) for _ in range(2))
+        assert first.tobytes() == again.tobytes()
+        assert abs(float(first) - exact) <= abs(float(np.sum(x * x - 1)) - exact) + abs(exact) * 2e-7
+        for result, want in zip(rows(to(k), target="cuda"), rows.func(k)):
+            np.testing.assert_array_equal(_host(result), want)
+        for result, want in zip(tall(to(kt), target="cuda"), tall.func(kt)):
+            np.testing.assert_allclose(_host(result), want, rtol=1e-15)
+            assert _host(result).dtype == np.asarray(want).dtype
+
+
+def _host(result):
+    return result.get() if hasattr(result, "get") else np.asarray(result)

@@ -145,6 +145,13 @@ def accumulated(name: str, source: np.dtype, dtype: Any) -> np.dtype:
 #: pieces, which ``parallel`` (or ``auto``) runs on several cores (``cpu`` too, for the same bits).
 SPLIT = 1 << 17
 PIECES = 64
+#: A GPU reduction cuts its longer core axis into pieces until its loop has about this many
+#: threads (an H100 keeps 2048 a multiprocessor resident, 132 of them), each piece of at least
+#: :data:`GPU_PIECE` elements: a thread per result alone would leave a reduction to one value
+#: to one thread.
+GPU_THREADS = 1 << 18
+GPU_PIECE = 64
+
 
 def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, complex, np.generic)) or (
@@ -191,7 +198,9 @@ class ReducingPart:
         on_device = self._on_device(values, options)
         kernel = self._kernel(arrays, on_device)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
-        if not on_device and count >= SPLIT and math.prod(shape[d] for d in kept) == 1:
+        if on_device:
+            result = self._combine_rows(self._on_gpu(kernel, operands, arrays, options), len(kept))
+        elif count >= SPLIT and math.prod(shape[d] for d in kept) == 1:
             result = np.reshape(self._split(kernel, operands, arrays, options), [shape[d] for d in kept])
         else:
             result = kernel(*operands, **options)
@@ -220,12 +229,50 @@ class ReducingPart:
         if n < PIECES:
             return self._combine([kernel(*operands, **options)])
         size = n // PIECES
-        pieces = [_pieces(v, size) if a else v for v, a in zip(operands, arrays)]
+        pieces = [_cut(v, -1, PIECES, size) if a else v for v, a in zip(operands, arrays)]
         parts = [kernel(*pieces, **options)]
         if n % PIECES:
             parts.append(kernel(*(v[..., PIECES * size:] if a else v for v, a in zip(operands, arrays)),
                                 **options))
         return self._combine(parts)
+
+    def _on_gpu(self, kernel: Kernel, operands: list[Any], arrays: tuple[bool, ...],
+                options: dict[str, Any]) -> Any:
+        """The kernel's results on the GPU: ``(*lead)``, or ``(*lead, pieces)`` where its loop
+        has fewer threads than :data:`GPU_THREADS` and the longer core axis is cut into pieces
+        (see :func:`_cut`), a thread each, the rest of that axis an element a thread. The pieces
+        depend on the shape only: the same bits on every run."""
+        view = next(v for v, a in zip(operands, arrays) if a)
+        *lead, m, n = view.shape
+        axis = -1 if n >= m else -2
+        length, threads = view.shape[axis], max(math.prod(lead), 1)
+        pieces = min(GPU_THREADS // threads, length // GPU_PIECE)
+        if pieces < 2:
+            return kernel(*operands, **options)
+        size = length // pieces
+        rest = length - pieces * size  # each element of the rest a piece of its own
+        parts = np.empty_like(view, shape=(*lead, pieces + rest), dtype=self.reduction.dtype)
+        kernel(*(_cut(v, axis, pieces, size) if a else v for v, a in zip(operands, arrays)),
+               out=parts[..., :pieces], **options)
+        if rest:
+            start = (Ellipsis, slice(pieces * size, None)) + ((slice(None),) if axis == -2 else ())
+            kernel(*(_cut(v[start], axis, rest, 1) if a else v for v, a in zip(operands, arrays)),
+                   out=parts[..., pieces:], **options)
+        return parts
+
+    def _combine_rows(self, parts: Any, kept: int) -> Any:
+        """``parts`` (host or CuPy, ``(*kept, ...)``) reduced over its axes after the ``kept``
+        ones: floating sums in ``float64`` (``complex128``), rounded once to the accumulation
+        dtype; the others with the reduction's own method (exact)."""
+        r = self.reduction
+        axes = tuple(range(kept, parts.ndim))
+        if not axes:
+            return parts
+        if r.name in ("sum", "mean") and r.dtype.kind in "fc":
+            wide = np.complex128 if r.dtype.kind == "c" else np.float64
+            return parts.sum(axis=axes, dtype=wide).astype(r.dtype)
+        method = "sum" if r.name == "mean" else r.name
+        return getattr(parts, method)(axis=axes, **({"dtype": r.dtype} if method in ("sum", "prod") else {}))
 
     def _combine(self, parts: list[Any]) -> Any:
         r = self.reduction
@@ -271,13 +318,24 @@ class ReducingPart:
                           reference=None, tolerances={}, doc="", arg_names=(*self.names, "out"))
 
 
-def _pieces(view: Any, size: int) -> np.ndarray:
-    """``view`` (a host core view ``(..., m, n)``) as :data:`PIECES` chunks of ``size`` of its
-    last axis: ``(..., PIECES, m, size)``, a view."""
-    *lead, m, _ = view.shape
+def _cut(view: Any, axis: int, pieces: int, size: int) -> Any:
+    """``view`` (a core view ``(..., m, n)``) as ``pieces`` pieces of ``size`` elements of its
+    core ``axis`` (-1 or -2): a view ``(..., pieces, m', n')``. A host array's pieces are
+    contiguous chunks (a host loop's cache lines; they also copy to a GPU as they lie); a
+    device array's are interleaved, piece ``p`` holding elements ``p, p + pieces, ...``, so
+    that the threads of a warp, a piece each, read neighbouring addresses at every step."""
+    *lead, m, n = view.shape
     *strides, sm, sn = view.strides
-    return np.lib.stride_tricks.as_strided(view, (*lead, PIECES, m, size), (*strides, size * sn, sm, sn),
-                                           writeable=False)
+    step = sn if axis == -1 else sm
+    device = _on_device(view)
+    shape = (*lead, pieces, m, size) if axis == -1 else (*lead, pieces, size, n)
+    within = step * pieces if device else step
+    core = (sm, within) if axis == -1 else (within, sn)
+    between = step if device else step * size
+    if device:
+        from cupy.lib.stride_tricks import as_strided
+        return as_strided(view, shape, (*strides, between, *core))
+    return np.lib.stride_tricks.as_strided(view, shape, (*strides, between, *core), writeable=False)
 
 
 def _on_device(value: Any) -> bool:
