@@ -112,35 +112,67 @@ def loglik_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[s
 
 
 def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
-    """Fused, unfused, ``cupy.fuse`` and ``torch.compile`` on the GPU: call + synchronize and
-    pipelined, as ratios of interleaved repetitions (µs per call besides)."""
+    """The chain fused, unfused, ``cupy.fuse`` and ``torch.compile`` on the GPU: call +
+    synchronize and pipelined, as ratios of interleaved repetitions (µs per call besides)."""
     import cupy as cp
-
-    from .bench_gpu import PIPELINE
 
     @cp.fuse()
     def cupy_chain(x, mu, s, w):
         v = cp.exp(-0.5 * ((x - mu) / s) ** 2) * (_INV_SQRT_2PI / s) * w + cp.exp(-x)
         return cp.minimum(cp.maximum(v, 0), 1)
 
+    def torch_chain(t):
+        import torch
+
+        v = torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA * W) + torch.exp(-t)
+        return torch.clamp(v, 0, 1)
+
     anchors: dict[str, Callable[[Any], Callable[[], Any]]] = {
         "unfused": lambda x: lambda: gf.clamp(gf.gaussian(x, MU, SIGMA) * W + cp.exp(-x), 0, 1),
         "cupy.fuse": lambda x: lambda: cupy_chain(x, cp.float32(MU), cp.float32(SIGMA), cp.float32(W)),
     }
+    return _gpu_rows(sizes, quick, lambda x: functools.partial(fused_chain, x, MU, SIGMA, W),
+                     anchors, torch_chain)
+
+
+def gpu_loglik_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
+    """The log-likelihood fused, as the same calls unfused (``gf.gaussian``, ``cp.log``,
+    ``.sum()``), ``cp.sum(x)`` alone (reading ``x`` once) and ``torch.compile`` on the GPU."""
+    import cupy as cp
+
+    def torch_loglik(t):
+        import torch
+
+        return torch.log(torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA)).sum()
+
+    anchors: dict[str, Callable[[Any], Callable[[], Any]]] = {
+        "unfused": lambda x: lambda: cp.log(gf.gaussian(x, MU, SIGMA)).sum(),
+        "cp.sum(x)": lambda x: lambda: cp.sum(x),
+    }
+    return _gpu_rows(sizes, quick, lambda x: functools.partial(log_likelihood, x, MU, SIGMA),
+                     anchors, torch_loglik)
+
+
+def _gpu_rows(sizes: tuple[int, ...], quick: bool, fused_on: Callable[[Any], Callable[[], Any]],
+              anchors: dict[str, Callable[[Any], Callable[[], Any]]],
+              torch_function: Callable[[Any], Any]) -> list[dict[str, Any]]:
+    """Per size, the fused call's time and its ratio to each anchor's, call + synchronize and
+    pipelined; ``torch.compile`` of ``torch_function`` among the anchors where PyTorch is
+    installed."""
+    import cupy as cp
+
+    from .bench_gpu import PIPELINE
+
     try:
         import torch
 
-        def torch_chain(t):
-            v = torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA * W) + torch.exp(-t)
-            return torch.clamp(v, 0, 1)
-
-        compiled = torch.compile(torch_chain)
+        compiled = torch.compile(torch_function)
 
         def on_tensor(x: Any) -> Callable[[], Any]:
             t = torch.as_tensor(x, device="cuda")
             return lambda: compiled(t)
 
-        anchors["torch.compile"] = on_tensor
+        anchors = {**anchors, "torch.compile": on_tensor}
     except ImportError:
         pass
     sync = cp.cuda.get_current_stream().synchronize
@@ -148,7 +180,7 @@ def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
     rows = []
     for n in sizes:
         x = cp.asarray(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32))
-        fused = functools.partial(fused_chain, x, MU, SIGMA, W)
+        fused = fused_on(x)
         alone = measure(fused, sync=sync, repeat=repeat, inner=1)
         row: dict[str, Any] = {"n": n, "fused sync us": round(1e6 * alone, 2)}
         for label, make in anchors.items():
@@ -198,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default=None, help="comma-separated sizes")
     parser.add_argument("--loglik", action="store_true",
                         help="the fused log-likelihood np.log(gaussian(x, mu, s)).sum() instead of the chain "
-                             "(host targets; saved as <name>_loglik)")
+                             "(saved as <name>_loglik)")
     add_save_argument(parser)
     opts = parser.parse_args(argv)
     if opts.loglik:
@@ -212,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     sizes = tuple(int(float(s)) for s in opts.sizes.split(",")) if opts.sizes else default
     rows = gpu_rows(sizes, opts.quick) if opts.gpu else cpu_rows(sizes, opts.target, opts.quick)
     meta = machine_info({"suite": "fuse", "target": "cuda" if opts.gpu else opts.target,
-                         "chain": "clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1), float32"})
+                         "chain": "clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1), float32",
+                         **_gpu_meta(opts.gpu)})
     for row in rows:
         print(row, flush=True)
     name = opts.name or ("gpu" if opts.gpu else f"cpu-{opts.target}")
@@ -223,18 +256,32 @@ def main(argv: list[str] | None = None) -> None:
 
 
 
+def _gpu_meta(gpu: bool) -> dict[str, Any]:
+    """The GPU and the versions of its anchors' libraries, for a ``--gpu`` run's results."""
+    if not gpu:
+        return {}
+    import cupy as cp
+
+    meta = {"gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cupy": cp.__version__}
+    try:
+        import torch
+    except ImportError:
+        return meta
+    return {**meta, "torch": torch.__version__}
+
+
 def _loglik_main(opts: argparse.Namespace) -> None:
-    if opts.gpu:
-        raise SystemExit("--loglik runs on the host targets (the GPU's one-launch reduction "
-                         "is not built yet)")
-    sizes = tuple(int(float(s)) for s in opts.sizes.split(",")) if opts.sizes else (10**5, 10**7)
-    rows = loglik_rows(sizes, opts.target, opts.quick)
-    meta = machine_info({"suite": "loglik", "target": opts.target,
-                         "function": "np.log(gaussian(x, mu, s)).sum(), float32"})
+    default = (10**5, 10**7, 10**8) if opts.gpu else (10**5, 10**7)
+    sizes = tuple(int(float(s)) for s in opts.sizes.split(",")) if opts.sizes else default
+    rows = gpu_loglik_rows(sizes, opts.quick) if opts.gpu else loglik_rows(sizes, opts.target, opts.quick)
+    target = "cuda" if opts.gpu else opts.target
+    meta = machine_info({"suite": "loglik", "target": target,
+                         "function": "np.log(gaussian(x, mu, s)).sum(), float32", **_gpu_meta(opts.gpu)})
     for row in rows:
         print(row, flush=True)
     if opts.save:
-        print("saved", _save(opts.name or f"cpu-{opts.target}", rows, meta, opts.save, "loglik"))
+        name = opts.name or ("gpu" if opts.gpu else f"cpu-{opts.target}")
+        print("saved", _save(name, rows, meta, opts.save, "loglik"))
     else:
         print(not_saved_hint())
 

@@ -323,11 +323,12 @@ def _cut(view: Any, axis: int, pieces: int, size: int) -> Any:
     core ``axis`` (-1 or -2): a view ``(..., pieces, m', n')``. A host array's pieces are
     contiguous chunks (a host loop's cache lines; they also copy to a GPU as they lie); a
     device array's are interleaved, piece ``p`` holding elements ``p, p + pieces, ...``, so
-    that the threads of a warp, a piece each, read neighbouring addresses at every step."""
+    that the threads of a warp, a piece each, read neighbouring addresses at every step (the
+    device arrays here are CuPy's: the others are refused before)."""
+    device = not isinstance(view, np.ndarray)
     *lead, m, n = view.shape
     *strides, sm, sn = view.strides
     step = sn if axis == -1 else sm
-    device = _on_device(view)
     shape = (*lead, pieces, m, size) if axis == -1 else (*lead, pieces, size, n)
     within = step * pieces if device else step
     core = (sm, within) if axis == -1 else (within, sn)
@@ -338,7 +339,13 @@ def _cut(view: Any, axis: int, pieces: int, size: int) -> Any:
     return np.lib.stride_tricks.as_strided(view, shape, (*strides, between, *core), writeable=False)
 
 
+#: Types whose values are never on a GPU: no need to ask :func:`describe` (a call's cost).
+_HOST_TYPES = (np.ndarray, np.generic, float, int, complex, bool)
+
+
 def _on_device(value: Any) -> bool:
+    if isinstance(value, _HOST_TYPES):
+        return False
     arg = describe(value)
     return arg is not None and arg.role == DEVICE
 
