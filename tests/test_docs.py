@@ -22,8 +22,9 @@ names its page and line. A block
 
 The ``>>>`` examples of the docstrings, which the API reference shows, run as doctests.
 
-**Figures.** No time, rate or speed-up is typed into a page by hand: the performance page is
-generated from ``benchmarks/results/`` (``tests/test_docs_figures.py``), the Hermite layout
+**Figures.** No time, rate or speed-up is typed into a page by hand: the performance page and
+the landing page's figures are generated from ``benchmarks/results/``
+(``tests/test_docs_figures.py``), the Hermite layout
 figure from the library's layout code (``docs/hermite_layout.py``).
 """
 
@@ -418,15 +419,30 @@ TYPED_FIGURE = re.compile(r"\d(?:[\d,.]*\d)?\s*(?:µs|us|ns|ms|[KMGT]B/s|[KMGT]i
                           r"|times (?:faster|slower)|x (?:NumPy|CuPy|numpy|cupy|a copy))\b|\d\.\d+x\b")
 
 
+def _generated_parts(text: str) -> list[tuple[int, int]]:
+    """``(first, last)`` line indices of the parts of a page that ``benchmarks/figures.py``
+    writes between its ``HEADLINE`` markers (the landing page's figures)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from figures import HEADLINE
+    finally:
+        sys.path.pop(0)
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() == HEADLINE[0]]
+    return [(i, next(j for j in range(i, len(lines)) if lines[j].strip() == HEADLINE[1]))
+            for i in starts]
+
+
 def test_no_figure_is_typed_by_hand():
-    """Times, rates and speed-ups appear only in generated pages (code blocks may compute them)."""
+    """Times, rates and speed-ups appear only in generated pages and generated parts of pages
+    (code blocks may compute them)."""
     typed = []
     for page in PAGES:
         if page in GENERATED:
             continue
         text = page.read_text()
-        for start, end, _, _ in _fences(text):  # blank out code blocks, keep line numbers
-            lines = text.splitlines()
+        for start, end in [(s, e) for s, e, _, _ in _fences(text)] + _generated_parts(text):
+            lines = text.splitlines()  # blank out code blocks and generated parts, keep line numbers
             text = "\n".join(lines[:start] + [""] * (end - start + 1) + lines[end + 1:])
         typed += [f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
                   for n, line in enumerate(text.splitlines(), 1) if TYPED_FIGURE.search(line)]
