@@ -309,7 +309,8 @@ def ufunc(
     Examples
     --------
     >>> import math, numpy as np, gpufuncs as gf
-    >>> @gf.ufunc(signatures=["float32(float32, float32)", "float64(float64, float64)"],
+    >>> @gf.ufunc(signatures=["float32(float32, float32)",
+    ...                       "float64(float64, float64)"],
     ...           reference=np.hypot, replace=True)
     ... def my_hypot(a, b):
     ...     return math.sqrt(a * a + b * b)

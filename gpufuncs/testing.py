@@ -24,7 +24,8 @@ Examples
 --------
 >>> import math, numpy as np, gpufuncs as gf
 >>> from gpufuncs.testing import check_kernel
->>> @gf.ufunc(signatures=gf.float_signatures(2), reference=np.hypot, replace=True)
+>>> @gf.ufunc(signatures=gf.float_signatures(2), reference=np.hypot,
+...           replace=True)
 ... def my_hypot(a, b):
 ...     return math.sqrt(a * a + b * b)
 >>> check_kernel(my_hypot, max_examples=20)  # doctest: +SKIP
