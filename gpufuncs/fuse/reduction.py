@@ -346,6 +346,8 @@ _HOST_TYPES = (np.ndarray, np.generic, float, int, complex, bool)
 def _on_device(value: Any) -> bool:
     if isinstance(value, _HOST_TYPES):
         return False
+    if library_of(type(value)) == "cupy":  # always on a GPU
+        return True
     arg = describe(value)
     return arg is not None and arg.role == DEVICE
 
@@ -353,7 +355,12 @@ def _on_device(value: Any) -> bool:
 def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:
     """``value`` broadcast to ``shape``, its reduced axes last, with exactly two of them (the
     kernel's core; more are reduced again after the call): a view, never a copy."""
-    view = np.transpose(np.broadcast_to(value, shape), (*kept, *reduced))
+    # (each of NumPy's functions on a CuPy array is a dispatch of some microseconds: none where
+    # nothing changes, as for the commonest call, the whole of one array)
+    view = value if getattr(value, "shape", None) == shape else np.broadcast_to(value, shape)
+    order = (*kept, *reduced)
+    if order != tuple(range(len(shape))):
+        view = np.transpose(view, order)
     if len(reduced) == 0:
         return view[..., None, None]
     return view[..., None, :] if len(reduced) == 1 else view
