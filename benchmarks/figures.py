@@ -63,6 +63,9 @@ RATIO_TABLES = (
     ("gpu-h100_fuse", "Fusion (gf.fuse) of the same chain, H100 (CuPy arrays; every ratio in one run: "
      "fused over the unfused calls, cupy.fuse, torch.compile)", "fused/torch.compile pipe",
      "torch.compile, pipelined"),
+    ("gpu-h100_loglik", "The fused reduction np.log(gaussian(x, mu, s)).sum(), float32, H100 (CuPy arrays; "
+     "every ratio in one run: fused over the unfused calls, cp.sum(x) alone, torch.compile)",
+     "fused/unfused sync", "the same calls unfused, call + synchronize"),
 )
 
 INTRO = """\
