@@ -66,6 +66,9 @@ RATIO_TABLES = (
     ("gpu-h100_loglik", "The fused reduction np.log(gaussian(x, mu, s)).sum(), float32, H100 (CuPy arrays; "
      "every ratio in one run: fused over the unfused calls, cp.sum(x) alone, torch.compile)",
      "fused/unfused sync", "the same calls unfused, call + synchronize"),
+    ("gpu-h100_reduce", "A user kernel's reduce (a + b, float32) on CuPy arrays, H100: in pieces, against "
+     "cp.sum(x), and the pairwise tree of launches other device arrays take", "reduce/cp.sum sync",
+     "cp.sum(x), call + synchronize"),
 )
 
 INTRO = """\
@@ -93,7 +96,8 @@ saved with `--save`, which writes `benchmarks/results/`: `python -m benchmarks -
 --suite overhead --save` on the 2-core machine, `--name cpu-16core --large` on the 16-core host,
 `--suite gpu --save` on the H100, `--suite compose --save` (and `compose_gpu`), and each script
 with its own `--save`: `python -m benchmarks.bench_types`, `bench_fpflags` and `bench_fuse`
-(`--gpu` for the GPU's files), `python benchmarks/bench_vecmath.py`, `bench_dask.py` and
+(`--gpu` for the GPU's files, `--loglik` for the fused reduction), `bench_reduce_gpu` (on the
+GPU), `python benchmarks/bench_vecmath.py`, `bench_dask.py` and
 `bench_multigpu.py`. Then `python benchmarks/figures.py` writes this page and its plots.
 
 What to expect, in short:

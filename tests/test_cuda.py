@@ -6,6 +6,7 @@ Run on a GPU machine with ``pytest -m cuda``. CuPy and torch tests skip when tho
 from __future__ import annotations
 
 import gc
+import math
 import os
 import subprocess
 import sys
@@ -529,6 +530,33 @@ def test_outer_and_reduce_on_device_arrays(hypot_kernel, cp, torch):
                                                                    initial=3.0), rtol=1e-14)
     with pytest.raises(TypeError, match="does not support out="):
         hypot_kernel.reduce(cp.asarray(m), out=cp.empty(6))
+
+
+@gf.ufunc(signatures=["int64(int64, int64)", "float32(float32, float32)", "float64(float64, float64)"],
+          reference=lambda a, b: a + b, identity=0, name="test_reduce_add", replace=True)
+def reduce_add(a, b):
+    return a + b
+
+
+def test_reduce_of_cupy_arrays_runs_in_pieces_exactly_and_repeats(cp):
+    """A long CuPy reduction cuts its axis into pieces, a GPU thread each, then reduces their
+    results (one or two launches a level): integers exact, floats as close as a pairwise sum,
+    keepdims/initial/dtype as NumPy's, the same bits on every call; a CuPy array comes back."""
+    rng = np.random.default_rng(11)
+    k = rng.integers(-1000, 1000, (3, 3_000_017))
+    result = reduce_add.reduce(cp.asarray(k), axis=1)
+    assert isinstance(result, cp.ndarray) and result.dtype == np.int64
+    np.testing.assert_array_equal(result.get(), k.sum(axis=1))
+    np.testing.assert_array_equal(reduce_add.reduce(cp.asarray(k.T), axis=0, keepdims=True, initial=7).get(),
+                                  k.T.sum(axis=0, keepdims=True) + 7)
+    x = rng.standard_normal(20_000_003)
+    total = reduce_add.reduce(cp.asarray(x))
+    # in order within pieces of 76, then levels of 64: well under 300 eps of the magnitudes
+    assert abs(float(total) - math.fsum(x)) <= 300 * np.finfo(np.float64).eps * np.abs(x).sum()
+    assert total.tobytes() == reduce_add.reduce(cp.asarray(x)).tobytes()
+    in_f64 = reduce_add.reduce(cp.asarray(x.astype(np.float32)), dtype=np.float64)
+    assert in_f64.dtype == np.float64
+    np.testing.assert_allclose(float(in_f64), np.sum(x.astype(np.float32), dtype=np.float64), rtol=1e-10)
 
 
 def test_host_arrays_give_the_cpu_results():

@@ -314,6 +314,33 @@ else:
         device.copy_to_device(np.zeros_like(m))
         np.testing.assert_array_equal(to_host(single), m[0])  # a new array, not a view
 
+    def test_reduce_of_host_arrays_runs_in_pieces(hypot_kernel, monkeypatch):
+        """Host arrays on cuda reduce in pieces, a thread each, then the pieces' results, until
+        one is left (small pieces here): every element once, in the same order every run."""
+        from gpufuncs.dispatch import pieces
+
+        monkeypatch.setattr(pieces, "GPU_THREADS", 12)
+        monkeypatch.setattr(pieces, "GPU_PIECE", 4)
+        levels, real = [], pieces.in_pieces
+
+        def counted(kernel, operands, *args):
+            levels.append(operands[0].shape)
+            return real(kernel, operands, *args)
+
+        monkeypatch.setattr(pieces, "in_pieces", counted)
+        m = values((3, 203), np.float64)
+        for axis in (1, 0, -1):
+            result = hypot_kernel.reduce(m, axis=axis, target="cuda")
+            np.testing.assert_allclose(result, np.hypot.reduce(m, axis=axis), rtol=1e-15)
+        # axis 1: 3 rows of 4 pieces of 50 and 3 more, then their 7 results in one thread a row;
+        # axis 0: 203 columns of 3, one thread each
+        assert levels[:3] == [(3, 1, 203), (3, 1, 7), (203, 1, 3)]
+        kept = hypot_kernel.reduce(m.T, axis=0, keepdims=True, initial=100.0, target="cuda")
+        np.testing.assert_allclose(kept, np.hypot.reduce(m.T, axis=0, keepdims=True, initial=100.0),
+                                   rtol=1e-15)
+        again = hypot_kernel.reduce(m, axis=1, target="cuda")
+        assert again.tobytes() == hypot_kernel.reduce(m, axis=1, target="cuda").tobytes()
+
     def test_reduce_on_device_refuses_what_it_cannot_do(hypot_kernel):
         device = cuda.to_device(values((3, 2), np.float64))
         with pytest.raises(TypeError, match=r"test_hypot.reduce on cuda does not support out=, where="):

@@ -283,15 +283,14 @@ def test_gpu_reductions_cut_into_pieces_are_exact_and_repeat_bit_for_bit(monkeyp
     rest of it an element a thread: every value is reduced exactly once (integers, extremes and
     ``any`` exact; sums at least as accurate as NumPy's), and a second call gives the same bits.
     The simulator runs it with small pieces (each GPU thread is a Python thread there)."""
-    import sys
+    from gpufuncs.dispatch import pieces
 
-    reduction = sys.modules["gpufuncs.fuse.reduction"]
     if __import__("os").environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        monkeypatch.setattr(reduction, "GPU_THREADS", 48)
-        monkeypatch.setattr(reduction, "GPU_PIECE", 4)
+        monkeypatch.setattr(pieces, "GPU_THREADS", 48)
+        monkeypatch.setattr(pieces, "GPU_PIECE", 4)
         n = 203  # 48 pieces of 4 and a rest of 11
     else:
-        n = reduction.GPU_THREADS * reduction.GPU_PIECE + 12345
+        n = pieces.GPU_THREADS * pieces.GPU_PIECE + 12345
     rng = np.random.default_rng(5)
     x = rng.standard_normal(n).astype(np.float32)
     k = rng.integers(-50, 50, (3, n // 3)).astype(np.int32)

@@ -4,7 +4,8 @@ Like NumPy's, each method first defers to an argument that overrides ``__array_u
 xarray) with its own method name (NEP 13). On the host they run through the real
 :class:`numpy.ufunc` that Numba built, after gpufuncs' own dtype rules picked the loop, so NumPy
 itself validates ``axis``, ``out=``, ``where=`` and wraps subclasses. On ``cuda``, ``outer`` is a
-broadcast call and ``reduce`` a pairwise tree of calls (both through the one call path). Only the
+broadcast call and ``reduce`` a kernel of pieces (see :mod:`.pieces`) or, for device arrays other
+than CuPy's, a pairwise tree of calls (all through the one call path). Only the
 kernel's public interface is used here: calls, ``resolve_loop`` and ``compiled``.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..spec import IDENTITY, KernelSpec
 from ..targets import get_target
+from ..targets.base import library_of
 from .args import defer, describe, device_arrays_of, overriding, refuse_target
 
 try:
@@ -240,12 +242,13 @@ def _reduces_nothing(kernel: Kernel, array: np.ndarray, axis: Any) -> bool:
 
 def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, keepdims: bool,
                    initial: Any) -> Any:
-    """Pairwise tree of kernel calls along one axis of a device array (log2(n) launches).
+    """``kernel`` applied along one axis of a device array (or of a host array on ``cuda``).
 
-    The pairing differs from NumPy's left-to-right order, like ``numpy.add.reduce``'s pairwise
-    summation: exact for associative kernels, within rounding otherwise. ``initial`` is combined
-    with the tree's result as the first argument (NumPy's place for it), ``dtype`` picks the loop
-    of every call.
+    CuPy's arrays and host arrays: in pieces (:func:`_in_pieces`). Other device arrays: a
+    pairwise tree of kernel calls (log2(n) launches). Either order differs from NumPy's left to
+    right, like ``numpy.add.reduce``'s pairwise summation: exact for associative and
+    commutative kernels, within rounding otherwise. ``initial`` is combined with the result as
+    the first argument (NumPy's place for it), ``dtype`` picks the loop of every call.
     """
     shape = tuple(array.shape)
     if not isinstance(axis, int | np.integer):
@@ -256,12 +259,67 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, keepdims: 
     if shape[axis] == 0:
         raise ValueError(f"{kernel.__name__}.reduce on cuda: cannot reduce an empty axis")
     options = {"target": "cuda"} if dtype is None else {"target": "cuda", "dtype": dtype}
+    loop = None  # (CuPy's and NumPy's dtypes are NumPy's)
+    if isinstance(array, np.ndarray) or library_of(type(array)) == "cupy":
+        loop = kernel.resolve_loop([array.dtype, array.dtype], dtype)
+    if loop is not None and loop.runs is None and loop.inputs == (loop.outputs[0],) * 2:
+        array = _in_pieces(kernel, np.moveaxis(array, axis, -1), loop.outputs[0])
+    else:
+        array = _tree(kernel, array, axis, options, initial is NO_VALUE)
+    if initial is not NO_VALUE:
+        array = kernel(initial, array, **options)
+    kept = (*shape[:axis], 1, *shape[axis + 1:])
+    return array.reshape(kept if keepdims else shape[:axis] + shape[axis + 1:])
+
+
+def _in_pieces(kernel: Kernel, values: Any, dtype: np.dtype) -> Any:
+    """``kernel`` applied along the last axis of ``values``: its pieces reduced, a GPU thread
+    each (see :mod:`.pieces`), then their results, until one is left per row. One or two
+    launches per level, each level some 64 times shorter: four levels for 10^8 values."""
+    from .pieces import in_pieces
+
+    reducer, lead = _reducer(kernel, np.dtype(dtype)), values.ndim - 1
+    while values.ndim > lead:
+        values = in_pieces(reducer, [values[..., None, :]], (True,), {"target": "cuda"}, dtype)
+    return values
+
+
+@functools.cache
+def _reducer(kernel: Kernel, dtype: np.dtype) -> Kernel:
+    """The generalized kernel ``(m,n)->()`` of ``dtype`` applying ``kernel`` left to right
+    over its core (``kernel`` is called in its body: a device function on the GPU)."""
+    from numba.np.numpy_support import from_dtype
+
+    from ..spec import parse_layout, parse_loop
+
+    combine = kernel
+
+    def reduce_core(values, out):
+        total = values[0, 0]
+        for j in range(1, values.shape[1]):
+            total = combine(total, values[0, j])
+        for i in range(1, values.shape[0]):
+            for j in range(values.shape[1]):
+                total = combine(total, values[i, j])
+        out[0] = total
+
+    t = from_dtype(dtype)
+    spec = KernelSpec(name=f"{kernel.__name__}_reduce", pyfunc=reduce_core,
+                      loops=(parse_loop(f"void({t}[:, :], {t}[:])", 2, True, nout=1),),
+                      layout=parse_layout("(m,n)->()"), reference=None, tolerances={}, doc="",
+                      arg_names=("values", "out"))
+    return type(kernel)(spec)
+
+
+def _tree(kernel: Kernel, array: Any, axis: int, options: dict[str, Any], copy_one: bool) -> Any:
+    """Pairwise tree of kernel calls along ``axis`` (log2(n) launches); a new array where the
+    axis has one element and ``copy_one``."""
 
     def part(values: Any, start: int, stop: int) -> Any:
         return values[(slice(None),) * axis + (slice(start, stop),)]
 
-    n = shape[axis]
-    if n == 1 and initial is NO_VALUE:  # nothing to combine: a new array all the same, like NumPy
+    n = array.shape[axis]
+    if n == 1 and copy_one:  # nothing to combine: a new array all the same, like NumPy
         array = _device_copy(type(kernel))(array, **options)
     while n > 1:
         half = n // 2
@@ -270,10 +328,7 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, keepdims: 
             last = part(head, half - 1, half)
             kernel(last, part(array, n - 1, n), out=last, **options)
         array, n = head, half
-    if initial is not NO_VALUE:
-        array = kernel(initial, array, **options)
-    kept = (*shape[:axis], 1, *shape[axis + 1:])
-    return array.reshape(kept if keepdims else shape[:axis] + shape[axis + 1:])
+    return array
 
 
 @functools.cache

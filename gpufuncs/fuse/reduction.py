@@ -25,6 +25,7 @@ import numpy as np
 
 from ..dispatch import Kernel
 from ..dispatch.args import describe
+from ..dispatch.pieces import cut, in_pieces
 from ..spec import KernelSpec, parse_layout, parse_loop
 from ..targets.base import DEVICE, library_of
 from .ops import Unfusable
@@ -145,14 +146,6 @@ def accumulated(name: str, source: np.dtype, dtype: Any) -> np.dtype:
 #: pieces, which ``parallel`` (or ``auto``) runs on several cores (``cpu`` too, for the same bits).
 SPLIT = 1 << 17
 PIECES = 64
-#: A GPU reduction cuts its longer core axis into pieces until its loop has about this many
-#: threads (an H100 keeps 2048 a multiprocessor resident, 132 of them), each piece of at least
-#: :data:`GPU_PIECE` elements: a thread per result alone would leave a reduction to one value
-#: to one thread.
-GPU_THREADS = 1 << 18
-GPU_PIECE = 64
-
-
 def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, complex, np.generic)) or (
         type(value) is np.ndarray and value.ndim == 0)
@@ -199,7 +192,7 @@ class ReducingPart:
         kernel = self._kernel(arrays, on_device)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
         if on_device:
-            result = self._combine_rows(self._on_gpu(kernel, operands, arrays, options), len(kept))
+            result = self._combine_rows(in_pieces(kernel, operands, arrays, options, r.dtype), len(kept))
         elif count >= SPLIT and math.prod(shape[d] for d in kept) == 1:
             result = np.reshape(self._split(kernel, operands, arrays, options), [shape[d] for d in kept])
         else:
@@ -229,36 +222,12 @@ class ReducingPart:
         if n < PIECES:
             return self._combine([kernel(*operands, **options)])
         size = n // PIECES
-        pieces = [_cut(v, -1, PIECES, size) if a else v for v, a in zip(operands, arrays)]
+        pieces = [cut(v, -1, PIECES, size) if a else v for v, a in zip(operands, arrays)]
         parts = [kernel(*pieces, **options)]
         if n % PIECES:
             parts.append(kernel(*(v[..., PIECES * size:] if a else v for v, a in zip(operands, arrays)),
                                 **options))
         return self._combine(parts)
-
-    def _on_gpu(self, kernel: Kernel, operands: list[Any], arrays: tuple[bool, ...],
-                options: dict[str, Any]) -> Any:
-        """The kernel's results on the GPU: ``(*lead)``, or ``(*lead, pieces)`` where its loop
-        has fewer threads than :data:`GPU_THREADS` and the longer core axis is cut into pieces
-        (see :func:`_cut`), a thread each, the rest of that axis an element a thread. The pieces
-        depend on the shape only: the same bits on every run."""
-        view = next(v for v, a in zip(operands, arrays) if a)
-        *lead, m, n = view.shape
-        axis = -1 if n >= m else -2
-        length, threads = view.shape[axis], max(math.prod(lead), 1)
-        pieces = min(GPU_THREADS // threads, length // GPU_PIECE)
-        if pieces < 2:
-            return kernel(*operands, **options)
-        size = length // pieces
-        rest = length - pieces * size  # each element of the rest a piece of its own
-        parts = np.empty_like(view, shape=(*lead, pieces + rest), dtype=self.reduction.dtype)
-        kernel(*(_cut(v, axis, pieces, size) if a else v for v, a in zip(operands, arrays)),
-               out=parts[..., :pieces], **options)
-        if rest:
-            start = (Ellipsis, slice(pieces * size, None)) + ((slice(None),) if axis == -2 else ())
-            kernel(*(_cut(v[start], axis, rest, 1) if a else v for v, a in zip(operands, arrays)),
-                   out=parts[..., pieces:], **options)
-        return parts
 
     def _combine_rows(self, parts: Any, kept: int) -> Any:
         """``parts`` (host or CuPy, ``(*kept, ...)``) reduced over its axes after the ``kept``
@@ -316,27 +285,6 @@ class ReducingPart:
         return KernelSpec(name=self.name, pyfunc=self._make_body(arrays, blocked=not on_device),
                           loops=(parse_loop(signature, nargs, True, nout=1),), layout=parse_layout(layout),
                           reference=None, tolerances={}, doc="", arg_names=(*self.names, "out"))
-
-
-def _cut(view: Any, axis: int, pieces: int, size: int) -> Any:
-    """``view`` (a core view ``(..., m, n)``) as ``pieces`` pieces of ``size`` elements of its
-    core ``axis`` (-1 or -2): a view ``(..., pieces, m', n')``. A host array's pieces are
-    contiguous chunks (a host loop's cache lines; they also copy to a GPU as they lie); a
-    device array's are interleaved, piece ``p`` holding elements ``p, p + pieces, ...``, so
-    that the threads of a warp, a piece each, read neighbouring addresses at every step (the
-    device arrays here are CuPy's: the others are refused before)."""
-    device = not isinstance(view, np.ndarray)
-    *lead, m, n = view.shape
-    *strides, sm, sn = view.strides
-    step = sn if axis == -1 else sm
-    shape = (*lead, pieces, m, size) if axis == -1 else (*lead, pieces, size, n)
-    within = step * pieces if device else step
-    core = (sm, within) if axis == -1 else (within, sn)
-    between = step if device else step * size
-    if device:
-        from cupy.lib.stride_tricks import as_strided
-        return as_strided(view, shape, (*strides, between, *core))
-    return np.lib.stride_tricks.as_strided(view, shape, (*strides, between, *core), writeable=False)
 
 
 #: Types whose values are never on a GPU: no need to ask :func:`describe` (a call's cost).
