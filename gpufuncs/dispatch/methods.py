@@ -16,10 +16,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
+from numba.np.numpy_support import from_dtype
 
-from ..spec import IDENTITY, KernelSpec
+from ..spec import IDENTITY, KernelSpec, parse_layout, parse_loop
 from ..targets import get_target
 from ..targets.base import library_of
+from . import pieces
 from .args import defer, describe, device_arrays_of, overriding, refuse_target
 
 try:
@@ -276,11 +278,9 @@ def _in_pieces(kernel: Kernel, values: Any, dtype: np.dtype) -> Any:
     """``kernel`` applied along the last axis of ``values``: its pieces reduced, a GPU thread
     each (see :mod:`.pieces`), then their results, until one is left per row. One or two
     launches per level, each level some 64 times shorter: four levels for 10^8 values."""
-    from .pieces import in_pieces
-
     reducer, lead = _reducer(kernel, np.dtype(dtype)), values.ndim - 1
     while values.ndim > lead:
-        values = in_pieces(reducer, [values[..., None, :]], (True,), {"target": "cuda"}, dtype)
+        values = pieces.in_pieces(reducer, [values[..., None, :]], (True,), {"target": "cuda"}, dtype)
     return values
 
 
@@ -288,10 +288,6 @@ def _in_pieces(kernel: Kernel, values: Any, dtype: np.dtype) -> Any:
 def _reducer(kernel: Kernel, dtype: np.dtype) -> Kernel:
     """The generalized kernel ``(m,n)->()`` of ``dtype`` applying ``kernel`` left to right
     over its core (``kernel`` is called in its body: a device function on the GPU)."""
-    from numba.np.numpy_support import from_dtype
-
-    from ..spec import parse_layout, parse_loop
-
     combine = kernel
 
     def reduce_core(values, out):
