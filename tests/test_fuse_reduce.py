@@ -212,6 +212,18 @@ def test_what_a_reduction_cannot_do_is_refused_naming_the_line(func, marker, wor
     assert f"line {line}" in str(info.value)
 
 
+def test_reductions_of_array_subclasses_are_refused_not_computed_as_plain_arrays():
+    """NumPy reduces a masked array without its masked values and keeps a matrix 2-d: a fused
+    reduction of one would be a different answer, so it is refused, naming the function."""
+    f = gf.fuse(lambda a: (a * 2).sum(axis=0))
+    masked = np.ma.masked_array([1.0, 2.0, 3.0], mask=[False, True, False])
+    assert f.func(masked) == 8.0  # NumPy's answer: the mask is kept out
+    for value in (masked, np.matrix([[1.0, 2.0], [3.0, 4.0]])):
+        with pytest.raises(TypeError, match=r"fused function '<lambda>': reductions of \w+ \(a subclass"):
+            f(value)
+    assert f(np.asarray(masked)) == 12.0 and f(masked.data) == 12.0  # plain arrays: all values
+
+
 def test_reductions_beside_elementwise_results_are_refused():
     with pytest.raises(gf.FusionError, match="reductions beside elementwise arrays"):
         gf.fuse(_mixed)(np.ones(3))

@@ -146,6 +146,8 @@ def accumulated(name: str, source: np.dtype, dtype: Any) -> np.dtype:
 #: pieces, which ``parallel`` (or ``auto``) runs on several cores (``cpu`` too, for the same bits).
 SPLIT = 1 << 17
 PIECES = 64
+
+
 def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, complex, np.generic)) or (
         type(value) is np.ndarray and value.ndim == 0)
@@ -188,6 +190,7 @@ class ReducingPart:
             raise ValueError(f"zero-size array to reduction operation {r.ufunc.__name__} "
                              "which has no identity")
         out = options.pop("out", None)
+        self._refuse_subclasses(values)
         on_device = self._on_device(values, options)
         kernel = self._kernel(arrays, on_device)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
@@ -201,6 +204,16 @@ class ReducingPart:
                 result = r.ufunc.reduce(result, axis=tuple(range(len(kept), len(kept) + len(reduced) - 2)),
                                         dtype=r.dtype)
         return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)], out)
+
+    def _refuse_subclasses(self, values: list[Any]) -> None:
+        """NumPy's array subclasses reduce differently (a masked array skips its masked values,
+        a matrix keeps two dimensions): refused, never reduced as plain arrays."""
+        for v in values:
+            if isinstance(v, np.ndarray) and type(v) is not np.ndarray:
+                raise TypeError(f"fused function {self.name!r}: reductions of {type(v).__name__} "
+                                "(a subclass of numpy.ndarray) are not fused, since NumPy's own "
+                                "reduction of one may differ (a mask, a matrix's shape); pass "
+                                "np.asarray(...) or reduce the fused elementwise result")
 
     def _on_device(self, values: list[Any], options: dict[str, Any]) -> bool:
         """Whether the call runs on the GPU (refusing device arrays it cannot take as they are)."""
@@ -303,9 +316,11 @@ def _on_device(value: Any) -> bool:
 def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:
     """``value`` broadcast to ``shape``, its reduced axes last, with exactly two of them (the
     kernel's core; more are reduced again after the call): a view, never a copy."""
-    # (each of NumPy's functions on a CuPy array is a dispatch of some microseconds: none where
-    # nothing changes, as for the commonest call, the whole of one array)
-    view = value if getattr(value, "shape", None) == shape else np.broadcast_to(value, shape)
+    # Each of NumPy's functions on a CuPy array is a dispatch of some microseconds: none where
+    # nothing changes, as for the commonest call, the whole of one array. (Subclasses and other
+    # array-likes still go through broadcast_to, which gives a plain array, as before.)
+    plain = type(value) is np.ndarray or library_of(type(value)) == "cupy"
+    view = value if plain and value.shape == shape else np.broadcast_to(value, shape)
     order = (*kept, *reduced)
     if order != tuple(range(len(shape))):
         view = np.transpose(view, order)
