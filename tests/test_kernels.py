@@ -174,6 +174,18 @@ def test_gaussian_subnormal_sigma(dtype, target):
     compare(gf.gaussian, (x, dtype(0), sigma), result, target=target)
 
 
+@pytest.mark.parametrize("target", HOST)
+def test_gaussian_where_scipys_exp_underflows_before_a_tiny_sigma(target):
+    """SciPy's exp(-z*z/2) underflows to 0 at z*z = 1556, where sigma = 4.5e-150 lifts the
+    density to 1.2e-189 (found by Hypothesis on a fresh clone): the kernel gives it, and the
+    reference computes it in extended precision there (SciPy's 0 was the less accurate one)."""
+    args = (np.array([0.0, 1.0]), np.float64(1.7689114160705685e-148), np.float64(4.4844720020057566e-150))
+    assert norm.pdf(*args)[0] == 0.0
+    result = gf.gaussian(*args, target=target)
+    assert 1.2125e-189 < result[0] < 1.2126e-189 and result[1] == 0.0
+    compare(gf.gaussian, args, result, target=target)
+
+
 def test_gaussian_float64_overflowing_difference_where_scipy_gives_nan():
     """The one known disagreement with the reference (excluded in test_properties.py): in
     float64, x - x0 overflows inside SciPy too, which then returns nan; the density is 0."""
