@@ -224,6 +224,54 @@ def test_reductions_of_array_subclasses_are_refused_not_computed_as_plain_arrays
     assert f(np.asarray(masked)) == 12.0 and f(masked.data) == 12.0  # plain arrays: all values
 
 
+@st.composite
+def _views(draw, dtype):
+    """A view of a shared buffer of ``dtype`` by any strides (multiples of the itemsize:
+    negative, zero, or past the sides: rows that skip values, transposes, reversals)."""
+    ndim = draw(st.integers(1, 3))
+    shape = draw(st.lists(st.integers(0, 6), min_size=ndim, max_size=ndim))
+    steps = draw(st.lists(st.integers(-7, 7), min_size=ndim, max_size=ndim))  # in elements
+    low = sum(min(0, s) * max(n - 1, 0) for n, s in zip(shape, steps))
+    high = sum(max(0, s) * max(n - 1, 0) for n, s in zip(shape, steps))
+    base = np.arange(high - low + 1).astype(dtype) * 3 - 20  # every element its own value
+    item = base.itemsize
+    return np.lib.stride_tricks.as_strided(base[-low:], shape, [s * item for s in steps], writeable=False)
+
+
+def _sum_over(axis):
+    return gf.fuse(lambda a: (a * 3 - 1).sum(axis=axis))
+
+
+_VIEW_SUMS = {axis: _sum_over(axis) for axis in (None, 0, -1, (0, -1))}
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float32])
+@given(data=st.data())
+def test_reductions_of_views_by_any_strides_match_numpy(dtype, data):
+    """Host reductions run a kernel compiled for C-ordered cores where every core view is one
+    (checked per call): a view that is not must take the kernel for any strides, which gives
+    NumPy's answer (integers exactly; float32 values here are integers too, summed exactly)."""
+    view = data.draw(_views(dtype))
+    axis = data.draw(st.sampled_from([None, 0, -1, (0, -1)] if view.ndim >= 2 else [None, 0, -1]))
+    expected = (view * 3 - 1).sum(axis=axis)
+    np.testing.assert_array_equal(_VIEW_SUMS[axis](view), expected)
+
+
+@pytest.mark.parametrize("make", [lambda x: x[::2], lambda x: x[::-1], lambda x: x[1:].reshape(-1, 3)[:, :2],
+                                  lambda x: x[1:].reshape(3, -1).T, lambda x: x[1:].reshape(-1, 3)[:, ::-1]],
+                         ids=["every-other", "reversed", "rows-cut", "transposed", "rows-reversed"])
+def test_long_reductions_of_strided_views_match_numpy(make):
+    """Past SPLIT values a reduction to one value runs in pieces: views whose pieces are not
+    C-ordered (strided, reversed, rows with gaps) give NumPy's exact integer sums."""
+    from gpufuncs.fuse.reduction import SPLIT
+
+    x = np.arange(3 * SPLIT + 1, dtype=np.int64) % 1000 - 500
+    view = make(x)
+    assert view.size >= SPLIT
+    for target in ("cpu", "parallel"):
+        assert _VIEW_SUMS[None](view, target=target) == (view * 3 - 1).sum()
+
+
 def test_reductions_beside_elementwise_results_are_refused():
     with pytest.raises(gf.FusionError, match="reductions beside elementwise arrays"):
         gf.fuse(_mixed)(np.ones(3))

@@ -144,9 +144,12 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
              "k_wide": (np.complex128 if acc.kind == "c" else np.float64)(0), "__name__": like.__module__}
     params = [f"a{i}" for i in arguments]
     first = params[arrays.index(True)]
-    value = f"mapped({', '.join(f'{p}[i, j]' if a else p for p, a in zip(params, arrays))})"
+    # Indices as unsigned integers: a signed index is tested for wrapping around (NumPy's
+    # negative indices) at every load, and that branch keeps the loops from vectorizing.
+    value = f"mapped({', '.join(f'{p}[ui, uj]' if a else p for p, a in zip(params, arrays))})"
     cast = f"({value}) != 0" if name in ("any", "all") else f"t_{acc.name}({value})"
-    loops = [f"    for i in range({first}.shape[0]):", f"        for j in range({first}.shape[1]):"]
+    loops = [f"    for i in range({first}.shape[0]):", "        ui = t_uint64(i)",
+             f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)"]
     if name in ("sum", "mean") and acc.kind in "fc":
         lines = _compensated(acc, cast, first, loops, blocked)
     else:
@@ -175,12 +178,12 @@ def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:
         plain = part.itemsize < wide.itemsize
-        block = ("v, e = plain_block_sum(buf, m, k_wide), k_wide" if plain else
+        block = ("v, e = wide_block_sum(buf, m, k_wide), k_wide" if plain else
                  "v, e = block_sum(buf, m, k_init)")
-        lines += [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", loops[0],
+        lines += [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", *loops[:2],
                   f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
-                  "            for j in range(j0, j0 + m):", f"                buf[j - j0] = {cast}",
-                  f"            {block}"]
+                  "            for k in range(m):", "                uj = t_uint64(j0 + k)",
+                  f"                buf[t_uint64(k)] = {cast}", f"            {block}"]
     else:
         lines += [*loops, f"            v = {cast}"]
     for k in parts:

@@ -948,12 +948,16 @@ def _swapped(value: Any) -> Any:
 
 def _inline_copy(callee: Any) -> Any:
     """A new ``inline="always"`` dispatcher of ``with_vector_math`` of ``callee``'s Python
-    function: an ``@njit`` helper's (with its options) or a kernel's scalar function."""
+    function: an ``@njit`` helper's (with its options; one with ``fastmath`` is not inlined by
+    Numba) or a kernel's scalar function."""
     spec = kernel_spec(callee)
     if spec is not None:
         return njit(inline="always")(with_vector_math(spec.pyfunc))
     options = {k: v for k, v in callee.targetoptions.items() if k != "nopython"}
-    options["inline"] = "always"
+    if not options.get("fastmath"):
+        # A helper with fast-math flags is left to LLVM's inliner, which keeps each
+        # instruction's flags: inlined by Numba, its statements would take the caller's.
+        options["inline"] = "always"
     return njit(**options)(with_vector_math(callee.py_func))
 
 
