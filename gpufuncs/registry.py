@@ -194,7 +194,11 @@ def _define(
     benchmark: Benchmark | None = None,
     boundscheck: bool = False,
 ) -> Kernel:
-    kname = name or func.__name__
+    kname = name or getattr(func, "__name__", None) or repr(func)
+    if not callable(func):
+        raise TypeError(f"kernel {kname!r}: the decorator was given {type(func).__name__} "
+                        "where it takes the kernel's scalar Python function")
+    signatures = _signature_strings(signatures, kname)
     params = tuple(inspect.signature(func).parameters)
     parsed = parse_layout(layout) if layout is not None else None
     if parsed is not None and len(parsed.inputs) + len(parsed.outputs) != len(params):
@@ -267,9 +271,10 @@ def ufunc(
     ----------
     func : callable, optional
         The scalar function, when the decorator is used bare (``@gf.ufunc``).
-    signatures : sequence of str, optional
+    signatures : sequence of str, or str, optional
         Numba signatures, in the order calls select them (the first loop every input casts
-        to safely), e.g. ``["float32(float32, float32)", "float64(float64, float64)"]``. Any
+        to safely), e.g. ``["float32(float32, float32)", "float64(float64, float64)"]``; one
+        string for one, and positionally as Numba's ``@vectorize`` takes them. Any
         mix of bool, integer, float32/float64 and complex64/complex128 types, such as
         ``"float64(float64, int64)"`` or ``"boolean(float64)"``. None: a lazy kernel.
     reference : callable, optional
@@ -318,6 +323,12 @@ def ufunc(
     5.0
     """
 
+    if func is not None and not callable(func):  # Numba's @vectorize(["float64(float64)"])
+        if signatures is not None:
+            raise TypeError("gf.ufunc() takes the signatures once: positionally (as Numba's "
+                            f"@vectorize) or as signatures=, got both ({func!r} and {signatures!r})")
+        func, signatures = None, func
+
     def decorate(func: Callable[..., Any]) -> Kernel:
         return _define(func, signatures=signatures, layout=None, reference=reference, name=name,
                        tolerances=tolerances, doc=doc, identity=identity, domains=domains,
@@ -327,9 +338,9 @@ def ufunc(
 
 
 def gufunc(
-    *,
-    signatures: Sequence[str],
+    signatures: Sequence[str] | str,
     layout: str,
+    *,
     reference: Callable[..., Any] | None = None,
     name: str | None = None,
     tolerances: Mapping[Any, Tolerance | float] | None = None,
@@ -347,8 +358,9 @@ def gufunc(
 
     Parameters
     ----------
-    signatures : sequence of str
-        Numba signatures returning ``void``, e.g. ``["void(float32, float32[:])", ...]``.
+    signatures : sequence of str, or str
+        Numba signatures returning ``void``, e.g. ``["void(float32, float32[:])", ...]``
+        (positionally or by name, as Numba's ``@guvectorize`` takes them; one string for one).
     layout : str
         NumPy gufunc layout, e.g. ``"()->(n)"``.
     reference, name, tolerances, doc, domains, replace, benchmark, boundscheck
@@ -367,6 +379,16 @@ def gufunc(
                        replace=replace, benchmark=benchmark, boundscheck=boundscheck)
 
     return decorate
+
+
+def _signature_strings(signatures: Sequence[str] | str | None, kname: str) -> list[str] | None:
+    """``signatures`` as a list of strings (one string is one signature, as for Numba)."""
+    if signatures is None or isinstance(signatures, str):
+        return None if signatures is None else [signatures]
+    if not isinstance(signatures, Sequence) or not all(isinstance(s, str) for s in signatures):
+        raise KernelDefinitionError(f"kernel {kname!r}: signatures must be strings such as "
+                                    f"'float64(float64)' or a list of them, got {signatures!r}")
+    return list(signatures)
 
 
 def float_signatures(nin: int) -> list[str]:

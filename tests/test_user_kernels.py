@@ -192,3 +192,41 @@ def test_muladd_is_fused_on_cpus_with_fma(target):
 def test_muladd_from_python_is_the_expression():
     assert gf.muladd(_A, _B, -1.0) == _A * _B - 1.0 == 0.0
     assert type(gf.muladd(np.float32(2), np.float32(3), np.float32(1))) is np.float32
+
+
+def test_signatures_are_taken_as_numbas_decorators_take_them():
+    """Numba's ``@vectorize(["float64(float64, float64)"])`` and ``@guvectorize(sigs, layout)``
+    pass the signatures positionally, and one string for one signature: so do these."""
+    @gf.ufunc(["int64(int64, int64)", "float64(float64, float64)"], replace=True)
+    def positional_muladd(a, b):
+        return a * b + a
+
+    @gf.ufunc("float64(float64)", replace=True)
+    def one_string(x):
+        return x * x
+
+    @gf.ufunc(signatures="float32(float32)", replace=True)
+    def one_string_by_name(x):
+        return x + 1
+
+    @gf.gufunc(["void(float64[:], float64[:])"], "(n)->()", replace=True)
+    def positional_total(x, out):
+        out[0] = x.sum()
+
+    ints = np.array([3, -4, 2**62], np.int64)
+    np.testing.assert_array_equal(positional_muladd(ints, 2), ints * 2 + ints)  # wrapping as NumPy's
+    assert positional_muladd.types == ["ll->l", "dd->d"]
+    assert one_string.types == ["d->d"] and one_string(3.0) == 9.0
+    # (a float32 loop brings float16's, as storage: see the types page)
+    assert one_string_by_name.types == ["e->e", "f->f"] and one_string_by_name(np.float32(1.5)) == 2.5
+    x = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(positional_total(x), x.sum(axis=1))
+
+
+def test_signatures_given_twice_or_not_as_strings_are_refused_clearly():
+    with pytest.raises(TypeError, match=r"takes the signatures once: positionally .* or as signatures="):
+        gf.ufunc(["float64(float64)"], signatures=["float64(float64)"])
+    with pytest.raises(gf.KernelDefinitionError, match=r"kernel 'f': signatures must be strings"):
+        @gf.ufunc(signatures=[1.5], replace=True)
+        def f(x):
+            return x
