@@ -60,6 +60,8 @@ RATIO_TABLES = (
      "NumPy's eager expression"),
     ("cpu-parallel_loglik", "The same fused reduction, 2-core CI machine (target parallel)", "fused/numpy",
      "NumPy's eager expression"),
+    ("cpu-16core-parallel_loglik", "The same fused reduction, 16-core host of the GPU machine (target "
+     "parallel)", "fused/numpy", "NumPy's eager expression"),
     ("gpu-h100_fuse", "Fusion (gf.fuse) of the same chain, H100 (CuPy arrays; every ratio in one run: "
      "fused over the unfused calls, cupy.fuse, torch.compile)", "fused/torch.compile pipe",
      "torch.compile, pipelined"),
