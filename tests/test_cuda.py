@@ -528,8 +528,34 @@ def test_outer_and_reduce_on_device_arrays(hypot_kernel, cp, torch):
     assert isinstance(kept, torch.Tensor) and tuple(kept.shape) == (1, 6)
     np.testing.assert_allclose(kept.cpu().numpy(), np.hypot.reduce(m, axis=0, keepdims=True,
                                                                    initial=3.0), rtol=1e-14)
-    with pytest.raises(TypeError, match="does not support out="):
-        hypot_kernel.reduce(cp.asarray(m), out=cp.empty(6))
+    out = cp.full(6, -1.0)
+    assert hypot_kernel.reduce(cp.asarray(m), axis=0, out=out) is out
+    np.testing.assert_allclose(out.get(), np.hypot.reduce(m, axis=0), rtol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_reduce_of_device_arrays_takes_axis_tuples_out_and_where_as_numpy(hypot_kernel, cp, torch, kind):
+    """CuPy arrays reduce in pieces, torch tensors in trees, over any axes, with NumPy's results
+    (its start from the identity: hypot of one -3.0 is 3.0), where=, out= and keepdims; the
+    result is of the input's kind."""
+    m = normal((3, 40, 5), np.float64)
+    m[0, 0, :] = -3.0
+    to = (lambda a: cp.asarray(a)) if kind == "cupy" else (lambda a: torch.as_tensor(a, device="cuda"))
+    back = (lambda r: r.get()) if kind == "cupy" else (lambda r: r.cpu().numpy())
+    given = to(m)
+    for axis in (None, (0, 2), (2, 0), 1, ()):
+        for keepdims in (False, True):
+            got = hypot_kernel.reduce(given, axis=axis, keepdims=keepdims)
+            assert type(got) is type(given)
+            want = np.hypot.reduce(m, axis=axis, keepdims=keepdims)
+            np.testing.assert_allclose(back(got), want, rtol=1e-14)
+    mask = np.random.default_rng(6).random(m.shape) > 0.5
+    for where in (mask, to(mask)):
+        np.testing.assert_allclose(back(hypot_kernel.reduce(given, axis=(0, 2), where=where)),
+                                   np.hypot.reduce(m, axis=(0, 2), where=mask), rtol=1e-14)
+    out = to(np.full(40, -1.0))
+    assert hypot_kernel.reduce(given, axis=(0, 2), out=out, initial=2.0) is out
+    np.testing.assert_allclose(back(out), np.hypot.reduce(m, axis=(0, 2), initial=2.0), rtol=1e-14)
 
 
 @gf.ufunc(signatures=["int64(int64, int64)", "float32(float32, float32)", "float64(float64, float64)"],

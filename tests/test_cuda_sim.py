@@ -306,13 +306,16 @@ else:
         m = values((1, 3), np.float64)
         device = cuda.to_device(m)
         single = hypot_kernel.reduce(device, axis=0)
-        np.testing.assert_array_equal(to_host(single), m[0])  # unchanged values, like NumPy
+        # NumPy starts from hypot's identity, 0: the values' magnitudes (this said "unchanged"
+        # and checked the copy, which NumPy does not give for negative values)
+        np.testing.assert_array_equal(to_host(single), np.hypot.reduce(m, axis=0))
+        assert (m[0] < 0).any()
         in_f32 = hypot_kernel.reduce(device, axis=1, dtype=np.float32)
         assert in_f32.dtype == np.float32
         np.testing.assert_allclose(to_host(in_f32), np.hypot.reduce(m.astype(np.float32), axis=1),
                                    rtol=1e-6)
         device.copy_to_device(np.zeros_like(m))
-        np.testing.assert_array_equal(to_host(single), m[0])  # a new array, not a view
+        np.testing.assert_array_equal(to_host(single), np.abs(m[0]))  # a new array, not a view
 
     def test_reduce_of_host_arrays_runs_in_pieces(hypot_kernel, monkeypatch):
         """Host arrays on cuda reduce in pieces, a thread each, then the pieces' results, until
@@ -341,14 +344,48 @@ else:
         again = hypot_kernel.reduce(m, axis=1, target="cuda")
         assert again.tobytes() == hypot_kernel.reduce(m, axis=1, target="cuda").tobytes()
 
+    @pytest.mark.parametrize("on_device", [False, True], ids=["host-array", "numba-device-array"])
+    def test_reduce_on_cuda_takes_axis_tuples_out_and_where_as_numpy(hypot_kernel, on_device):
+        """Host arrays reduce in pieces, Numba device arrays in trees, over any axes; NumPy's
+        results, its start from the identity included (hypot of one -3.0 is 3.0), ``where=``
+        (the identity where false), ``out=`` (checked first) and ``keepdims``."""
+        m = np.random.default_rng(5).standard_normal((3, 4, 5))
+        m[0, 0, :] = -3.0  # single negative values, where NumPy's identity shows
+        take = (lambda r: r.copy_to_host()) if on_device else np.asarray
+        given = cuda.to_device(m) if on_device else m
+        options = {} if on_device else {"target": "cuda"}
+        for axis in (None, (0, 2), (2, 0), 1, (), -1):
+            for keepdims in (False, True):
+                got = hypot_kernel.reduce(given, axis=axis, keepdims=keepdims, **options)
+                np.testing.assert_allclose(take(got), np.hypot.reduce(m, axis=axis, keepdims=keepdims),
+                                           rtol=1e-14)
+        mask = np.random.default_rng(6).random(m.shape) > 0.5
+        np.testing.assert_allclose(take(hypot_kernel.reduce(given, axis=(0, 2), where=mask, **options)),
+                                   np.hypot.reduce(m, axis=(0, 2), where=mask), rtol=1e-14)
+        out = cuda.to_device(np.full(4, -1.0)) if on_device else np.full(4, -1.0)
+        assert hypot_kernel.reduce(given, axis=(0, 2), out=out, initial=2.0, **options) is out
+        np.testing.assert_allclose(take(out), np.hypot.reduce(m, axis=(0, 2), initial=2.0), rtol=1e-14)
+        wrong = cuda.to_device(np.full(3, -1.0)) if on_device else np.full(3, -1.0)
+        with pytest.raises(ValueError, match=r"test_hypot.reduce: out= has shape \(3,\), the reduction has"):
+            hypot_kernel.reduce(given, axis=(0, 2), out=wrong, **options)
+        np.testing.assert_array_equal(take(wrong), -1.0)  # nothing written
+
     def test_reduce_on_device_refuses_what_it_cannot_do(hypot_kernel):
         device = cuda.to_device(values((3, 2), np.float64))
-        with pytest.raises(TypeError, match=r"test_hypot.reduce on cuda does not support out=, where="):
-            hypot_kernel.reduce(device, out=cuda.to_device(np.zeros(2)), where=np.array([True, False]))
-        with pytest.raises(ValueError, match="one integer axis, got None"):
-            hypot_kernel.reduce(device, axis=None)
         with pytest.raises(ValueError, match="cannot reduce an empty axis"):
             hypot_kernel.reduce(cuda.to_device(np.zeros((0, 2))))
+        with pytest.raises(np.exceptions.AxisError, match=r"test_hypot\.reduce: axis 2 is out of bounds"):
+            hypot_kernel.reduce(device, axis=2)
+
+        @gf.ufunc(signatures=gf.float_signatures(2), name="test_no_identity", replace=True)
+        def no_identity(a, b):
+            return a + b
+
+        mask = np.array([True, False])
+        with pytest.raises(ValueError, match="does not have an identity, so to use a where mask"):
+            no_identity.reduce(device, axis=0, where=mask)
+        with pytest.raises(TypeError, match=r"where= needs the kernel's identity \(declared with"):
+            no_identity.reduce(device, axis=0, where=mask, initial=0.0)
 
     def test_collapse_merges_what_every_operand_steps_through_evenly():
         # C-contiguous (3, 4) with a broadcast row vector: only the inner dimension merges.

@@ -168,12 +168,7 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
     if deferred is not NO_VALUE:
         return deferred
     if device_arrays_of(array) is not None or target == "cuda":
-        unsupported = [name for name, value, default in (("out", out, None), ("where", where, True))
-                       if value is not default]
-        if unsupported:
-            raise TypeError(f"{kernel.__name__}.reduce on cuda does not support "
-                            f"{'=, '.join(unsupported)}= (host arrays do)")
-        return _device_reduce(kernel, array, axis, dtype, keepdims, initial)
+        return _device_reduce(kernel, array, axis, dtype, out, keepdims, initial, where)
     array = _host_array(array)
     loop, result = _host_loop(kernel, array.dtype, _requested(dtype, out))
     ufunc = _host_ufunc(kernel, target)
@@ -242,36 +237,105 @@ def _reduces_nothing(kernel: Kernel, array: np.ndarray, axis: Any) -> bool:
     return any(array.shape[ax] == 0 for ax in axes)
 
 
-def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, keepdims: bool,
-                   initial: Any) -> Any:
-    """``kernel`` applied along one axis of a device array (or of a host array on ``cuda``).
+def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
+                   initial: Any, where: Any) -> Any:
+    """``kernel`` applied along the ``axis`` axes of a device array (or of a host array on
+    ``cuda``), as :meth:`numpy.ufunc.reduce` with its keywords.
 
-    CuPy's arrays and host arrays: in pieces (:func:`_in_pieces`). Other device arrays: a
-    pairwise tree of kernel calls (log2(n) launches). Either order differs from NumPy's left to
-    right, like ``numpy.add.reduce``'s pairwise summation: exact for associative and
-    commutative kernels, within rounding otherwise. ``initial`` is combined with the result as
-    the first argument (NumPy's place for it), ``dtype`` picks the loop of every call.
+    CuPy's arrays and host arrays: the reduced axes moved last and flattened, then in pieces
+    (:func:`_in_pieces`). Other device arrays: a pairwise tree of kernel calls (log2(n)
+    launches) per axis. Either order differs from NumPy's left to right, like
+    ``numpy.add.reduce``'s pairwise summation: exact for associative and commutative kernels,
+    within rounding otherwise. ``where=`` puts the kernel's identity where it is false (a
+    kernel without one is refused), ``initial`` is combined with the result as the first
+    argument (NumPy's place for it), ``dtype`` picks the loop of every call, ``out=`` receives
+    the result once it is computed (checked first).
     """
+    name = kernel.__name__
     shape = tuple(array.shape)
-    if not isinstance(axis, int | np.integer):
-        raise ValueError(f"{kernel.__name__}.reduce on cuda reduces one integer axis, got {axis!r}")
     if not shape:
-        raise ValueError(f"{kernel.__name__}.reduce on cuda: cannot reduce a 0-d array")
-    axis = int(axis) % len(shape)
-    if shape[axis] == 0:
-        raise ValueError(f"{kernel.__name__}.reduce on cuda: cannot reduce an empty axis")
+        raise ValueError(f"{name}.reduce on cuda: cannot reduce a 0-d array")
+    axes = tuple(range(len(shape))) if axis is None else _numpy(
+        kernel, "reduce", lambda: normalize_axis_tuple(axis, len(shape)))
+    if any(shape[a] == 0 for a in axes):
+        raise ValueError(f"{name}.reduce on cuda: cannot reduce an empty axis")
+    kept = tuple(1 if d in axes else n for d, n in enumerate(shape))
+    result_shape = kept if keepdims else tuple(n for d, n in enumerate(shape) if d not in axes)
+    out = _device_out(kernel, out, result_shape)
+    if dtype is None and out is not None:  # NumPy's rule: a floating out='s dtype is the loop's
+        given = out.dtype if isinstance(out, np.ndarray) else describe(out).dtype
+        dtype = given if given.kind == "f" else None
     options = {"target": "cuda"} if dtype is None else {"target": "cuda", "dtype": dtype}
-    loop = None  # (CuPy's and NumPy's dtypes are NumPy's)
-    if isinstance(array, np.ndarray) or library_of(type(array)) == "cupy":
-        loop = kernel.resolve_loop([array.dtype, array.dtype], dtype)
-    if loop is not None and loop.runs is None and loop.inputs == (loop.outputs[0],) * 2:
-        array = _in_pieces(kernel, np.moveaxis(array, axis, -1), loop.outputs[0])
+    if where is not True:
+        array = _where_identity(kernel, array, where, initial, options)
+    # NumPy starts a reduction from the kernel's identity where it has one (hypot of a
+    # single -3.0 is 3.0, a sum of -0.0 is 0.0): combined as the initial value.
+    starts = initial is not NO_VALUE or kernel.identity is not None
+    loop = _in_pieces_loop(kernel, array, dtype) if axes else None
+    if not axes:
+        if not starts:  # nothing to combine: a new array all the same, like NumPy
+            array = _device_copy(type(kernel))(array, **options)
+    elif loop is not None:
+        moved = np.moveaxis(array, axes, range(-len(axes), 0))
+        array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop)
     else:
-        array = _tree(kernel, array, axis, options, initial is NO_VALUE)
-    if initial is not NO_VALUE:
+        for ax in sorted(axes, reverse=True):  # (the axes before ``ax`` keep their numbers)
+            array = _tree(kernel, array, ax, options, not starts)
+    if starts:
+        if initial is NO_VALUE:  # the identity in the result's dtype (a float 0.0 keeps ints ints)
+            initial = (array.dtype if isinstance(array, np.ndarray) else describe(array).dtype).type(
+                kernel.identity)
         array = kernel(initial, array, **options)
-    kept = (*shape[:axis], 1, *shape[axis + 1:])
-    return array.reshape(kept if keepdims else shape[:axis] + shape[axis + 1:])
+    array = array.reshape(result_shape)
+    if out is None:
+        return array
+    _device_copy(type(kernel))(array, out=out, target="cuda")
+    return out
+
+
+def _in_pieces_loop(kernel: Kernel, array: Any, dtype: Any) -> np.dtype | None:
+    """The dtype of the loop that reduces ``array`` in pieces, or ``None`` where the pieces
+    do not apply: arrays other than NumPy's and CuPy's (no ``as_strided`` here), loops that
+    raise or change the dtype between their inputs and their output."""
+    if not isinstance(array, np.ndarray) and library_of(type(array)) != "cupy":
+        return None
+    loop = kernel.resolve_loop([array.dtype, array.dtype], dtype)
+    if loop.runs is None and loop.inputs == (loop.outputs[0],) * 2:
+        return loop.outputs[0]
+    return None
+
+
+def _device_out(kernel: Kernel, out: Any, shape: tuple[int, ...]) -> Any:
+    """``out=`` (an array, or a tuple of one, as NumPy takes it) checked against the result's
+    ``shape`` before anything runs; ``None`` where none is given."""
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise ValueError(f"{kernel.__name__}.reduce: out= takes one array, got {len(out)}")
+        out = out[0]
+    if out is None:
+        return None
+    if tuple(out.shape) != shape:
+        raise ValueError(f"{kernel.__name__}.reduce: out= has shape {tuple(out.shape)}, the "
+                         f"reduction has shape {shape}")
+    return out
+
+
+def _where_identity(kernel: Kernel, array: Any, where: Any, initial: Any, options: dict[str, Any]) -> Any:
+    """``array`` (a new array of its kind) with the kernel's identity where ``where`` is false,
+    which leaves those elements out of the reduction, as NumPy's ``where=`` does."""
+    name = kernel.__name__
+    if kernel.identity is None:
+        if initial is NO_VALUE:  # NumPy's own refusal
+            raise ValueError(f"{name}.reduce: reduction operation '{name}' does not have an "
+                             "identity, so to use a where mask one has to specify 'initial'")
+        raise TypeError(f"{name}.reduce on cuda: where= needs the kernel's identity (declared "
+                        "with identity=), which it puts where the mask is false; host arrays "
+                        "take initial= instead")
+    copy = _device_copy(type(kernel))
+    filled = copy(array, **options)
+    copy(kernel.identity, out=filled, **options)
+    copy(array, out=filled, where=where, **options)
+    return filled
 
 
 def _in_pieces(kernel: Kernel, values: Any, dtype: np.dtype) -> Any:
