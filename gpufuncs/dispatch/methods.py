@@ -275,9 +275,11 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
     if not axes:
         if not starts:  # nothing to combine: a new array all the same, like NumPy
             array = _device_copy(type(kernel))(array, **options)
-    elif loop is not None:
+    elif loop is not None:  # (the start is the first value of the last level: no launch of its own)
         moved = np.moveaxis(array, axes, range(-len(axes), 0))
-        array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop)
+        start = None if not starts else loop.type(kernel.identity if initial is NO_VALUE else initial)
+        array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop, start)
+        starts = False
     else:
         for ax in sorted(axes, reverse=True):  # (the axes before ``ax`` keep their numbers)
             array = _tree(kernel, array, ax, options, not starts)
@@ -338,20 +340,26 @@ def _where_identity(kernel: Kernel, array: Any, where: Any, initial: Any, option
     return filled
 
 
-def _in_pieces(kernel: Kernel, values: Any, dtype: np.dtype) -> Any:
+def _in_pieces(kernel: Kernel, values: Any, dtype: np.dtype, start: Any = None) -> Any:
     """``kernel`` applied along the last axis of ``values``: its pieces reduced, a GPU thread
     each (see :mod:`.pieces`), then their results, until one is left per row. One or two
-    launches per level, each level some 64 times shorter: four levels for 10^8 values."""
-    reducer, lead = _reducer(kernel, np.dtype(dtype)), values.ndim - 1
+    launches per level, each level some 64 times shorter: four levels for 10^8 values.
+    ``start`` (a scalar of ``dtype``, or ``None``): the first value the last level combines,
+    NumPy's ``initial``."""
+    lead, options = values.ndim - 1, {"target": "cuda"}
     while values.ndim > lead:
-        values = pieces.in_pieces(reducer, [values[..., None, :]], (True,), {"target": "cuda"}, dtype)
+        core = values[..., None, :]
+        if start is not None and pieces.count(core.shape) < 2:  # the last level
+            return _reducer(kernel, np.dtype(dtype), True)(core, start, **options)
+        values = pieces.in_pieces(_reducer(kernel, np.dtype(dtype), False), [core], (True,), options, dtype)
     return values
 
 
 @functools.cache
-def _reducer(kernel: Kernel, dtype: np.dtype) -> Kernel:
+def _reducer(kernel: Kernel, dtype: np.dtype, starts: bool) -> Kernel:
     """The generalized kernel ``(m,n)->()`` of ``dtype`` applying ``kernel`` left to right
-    over its core (``kernel`` is called in its body: a device function on the GPU)."""
+    over its core (``kernel`` is called in its body: a device function on the GPU); where it
+    ``starts``, ``(m,n),()->()``, from its second argument."""
     combine = kernel
 
     def reduce_core(values, out):
@@ -363,11 +371,20 @@ def _reducer(kernel: Kernel, dtype: np.dtype) -> Kernel:
                 total = combine(total, values[i, j])
         out[0] = total
 
+    def reduce_from(values, start, out):
+        total = start
+        for i in range(values.shape[0]):
+            for j in range(values.shape[1]):
+                total = combine(total, values[i, j])
+        out[0] = total
+
     t = from_dtype(dtype)
-    spec = KernelSpec(name=f"{kernel.__name__}_reduce", pyfunc=reduce_core,
-                      loops=(parse_loop(f"void({t}[:, :], {t}[:])", 2, True, nout=1),),
-                      layout=parse_layout("(m,n)->()"), reference=None, tolerances={}, doc="",
-                      arg_names=("values", "out"))
+    arguments = ("values", "start", "out") if starts else ("values", "out")
+    signature = f"void({t}[:, :], {t}, {t}[:])" if starts else f"void({t}[:, :], {t}[:])"
+    spec = KernelSpec(name=f"{kernel.__name__}_reduce", pyfunc=reduce_from if starts else reduce_core,
+                      loops=(parse_loop(signature, len(arguments), True, nout=1),),
+                      layout=parse_layout("(m,n),()->()" if starts else "(m,n)->()"), reference=None,
+                      tolerances={}, doc="", arg_names=arguments)
     return type(kernel)(spec)
 
 

@@ -33,10 +33,10 @@ def in_pieces(kernel: Any, operands: list[Any], arrays: tuple[bool, ...], option
     view = next(v for v, a in zip(operands, arrays) if a)
     *lead, m, n = view.shape
     axis = -1 if n >= m else -2
-    length, threads = view.shape[axis], max(math.prod(lead), 1)
-    pieces = min(GPU_THREADS // threads, length // GPU_PIECE)
+    pieces = count(view.shape)
     if pieces < 2:
         return kernel(*operands, **options)
+    length = view.shape[axis]
     size = length // pieces
     rest = length - pieces * size  # each element of the rest a piece of its own
     parts = np.empty_like(view, shape=(*lead, pieces + rest), dtype=dtype)
@@ -47,6 +47,13 @@ def in_pieces(kernel: Any, operands: list[Any], arrays: tuple[bool, ...], option
         kernel(*(cut(v[start], axis, rest, 1) if a else v for v, a in zip(operands, arrays)),
                out=parts[..., pieces:], **options)
     return parts
+
+
+def count(shape: tuple[int, ...]) -> int:
+    """The pieces :func:`in_pieces` cuts core views of ``shape`` into (below 2: none, a thread
+    each result)."""
+    *lead, m, n = shape
+    return min(GPU_THREADS // max(math.prod(lead), 1), max(m, n) // GPU_PIECE)
 
 
 def cut(view: Any, axis: int, pieces: int, size: int) -> Any:
