@@ -272,6 +272,33 @@ def test_long_reductions_of_strided_views_match_numpy(make):
         assert _VIEW_SUMS[None](view, target=target) == (view * 3 - 1).sum()
 
 
+@pytest.mark.parametrize("shape", [(300, 7), (4000, 33), (5, 3, 4)])
+def test_reductions_over_a_leading_axis_run_by_rows_in_numpys_order(shape):
+    """``x.sum(axis=0)`` of a C array adds row after row into the columns (contiguous loads),
+    NumPy's own order: float64 sums equal NumPy's bit for bit, a broadcast operand included;
+    float32 sums run in float64, at least as close to the exact sums as NumPy's; the other
+    reductions exactly; F-ordered and strided views take the cores' loop, with NumPy's answer."""
+    rng = np.random.default_rng(len(shape))
+    a = rng.standard_normal(shape) * 10.0 ** rng.integers(-8, 8, shape)
+    b = rng.standard_normal(shape[-1])
+    total = gf.fuse(lambda x, y: (x * y - 1).sum(axis=0))
+    for target in ("cpu", "parallel"):
+        assert total(a, b, target=target).tobytes() == (a * b - 1).sum(axis=0).tobytes()
+    for view in (np.asfortranarray(a), a[::2], a[:, ::-1] if a.ndim == 2 else a[:, :, ::-1]):
+        np.testing.assert_allclose(total(view, b), (view * b - 1).sum(axis=0), rtol=1e-12, atol=1e-12)
+    x32 = a.astype(np.float32)
+    columns = x32.astype(np.float64).reshape(shape[0], -1).T
+    exact = np.array([math.fsum(c) for c in columns]).reshape(shape[1:])
+    ours, numpys = gf.fuse(lambda x: x.sum(axis=0))(x32), x32.sum(axis=0)
+    assert ours.dtype == np.float32
+    assert np.all(np.abs(ours - exact) <= np.abs(numpys - exact) + np.finfo(np.float32).eps * np.abs(exact))
+    ints = rng.integers(-100, 100, shape)
+    for name in ("sum", "prod", "min", "max", "any", "all", "mean"):
+        reduce = getattr(np, name)
+        fused = gf.fuse(lambda x, reduce=reduce: reduce(x % 7 - 3, axis=0))
+        np.testing.assert_array_equal(fused(ints), reduce(ints % 7 - 3, axis=0))
+
+
 def test_reductions_beside_elementwise_results_are_refused():
     with pytest.raises(gf.FusionError, match="reductions beside elementwise arrays"):
         gf.fuse(_mixed)(np.ones(3))

@@ -130,13 +130,14 @@ def signature(trace: Trace, arguments: tuple[int, ...], outputs: tuple[int, ...]
 
 def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[int, ...],
                        reduction: Reduction, arrays: tuple[bool, ...],
-                       blocked: bool = True) -> types.FunctionType:
+                       blocked: bool = True, columns: bool = False) -> types.FunctionType:
     """The body of the generalized kernel computing ``reduction`` of ``trace``: for each element
     of its two-dimensional core, the fused value (the scalar function of the reduced symbol,
     called as an ``@njit`` helper), added into the accumulator. Its parameters are the
     ``arguments`` (a ``(m, n)`` core array where ``arrays`` says so, else a scalar) and the
     one-element output. ``blocked``: floating sums go through a buffer of :data:`BLOCK` values
-    (host targets; a GPU thread has no such buffer and adds one value at a time)."""
+    (host targets; a GPU thread has no such buffer and adds one value at a time).
+    ``columns``: the body of ``(m,k)->(k)`` instead (see :func:`_columns`)."""
     acc, name = reduction.dtype, reduction.name
     mapped = numba.njit(scalar_function(trace, like, arguments, (reduction.symbol,)))
     scope = {"mapped": mapped, "math": math, "np": np, **HELPERS, **_CASTS, **COMPENSATED,
@@ -150,20 +151,44 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     cast = f"({value}) != 0" if name in ("any", "all") else f"t_{acc.name}({value})"
     loops = [f"    for i in range({first}.shape[0]):", "        ui = t_uint64(i)",
              f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)"]
-    if name in ("sum", "mean") and acc.kind in "fc":
+    if columns:
+        lines = _columns(name, acc, cast, first)
+    elif name in ("sum", "mean") and acc.kind in "fc":
         lines = _compensated(acc, cast, first, loops, blocked)
     else:
-        combine = {"sum": "s = s + v", "mean": "s = s + v", "prod": f"s = t_{acc.name}(s * v)",
-                   "min": "s = minimum(s, v)", "max": "s = maximum(s, v)", "any": "s = s | v",
-                   "all": "s = s & v"}[name]
-        lines = ["    s = k_init", *loops, f"            v = {cast}", f"            {combine}",
-                 "    out[0] = s"]
+        lines = ["    s = k_init", *loops, f"            v = {cast}",
+                 f"            s = {_COMBINE[name].format(acc=acc.name, s='s')}", "    out[0] = s"]
     lines.insert(0, f"def reduce_{name}({', '.join(params)}, out):")
     exec(compile("\n".join(lines), f"<gpufuncs fused {like.__qualname__}, {name}>", "exec"), scope)
     body = scope[f"reduce_{name}"]
     body.__qualname__, body.__module__ = f"{like.__qualname__}.{name}", like.__module__
     body.source = "\n".join(lines) + "\n\n" + mapped.py_func.source
     return body
+
+
+#: Each reduction's step, of the running value ``s`` and the next value ``v``.
+_COMBINE = {"sum": "{s} + v", "mean": "{s} + v", "prod": "t_{acc}({s} * v)", "min": "minimum({s}, v)",
+            "max": "maximum({s}, v)", "any": "{s} | v", "all": "{s} & v"}
+
+
+def _columns(name: str, acc: np.dtype, cast: str, first: str) -> list[str]:
+    """A reduction over the first axis of a ``(m, k)`` core into its ``k`` columns: row after
+    row, each row's values added into ``k`` running values (a loop over contiguous columns,
+    which vectorizes), NumPy's own order for a reduction over a leading axis of a C array.
+    Floating sums run in ``float64`` (``complex128``), rounded once into the output."""
+    wide = acc
+    if name in ("sum", "mean") and acc.kind in "fc":
+        wide = np.dtype(np.complex128 if acc.kind == "c" else np.float64)
+    step = _COMBINE[name].format(acc=acc.name, s="run[uj]")
+    kind, start, value = "k_type", "k_init", cast  # (k_type: the accumulation dtype's scalar type)
+    if wide != acc:
+        kind, start, value = f"t_{wide.name}", f"t_{wide.name}(k_init)", f"t_{wide.name}({cast})"
+    return [f"    k = {first}.shape[1]", f"    run = np.empty(k, {kind})",
+            "    for j in range(k):", f"        run[t_uint64(j)] = {start}",
+            f"    for i in range({first}.shape[0]):", "        ui = t_uint64(i)",
+            "        for j in range(k):", "            uj = t_uint64(j)",
+            f"            v = {value}", f"            run[uj] = {step}",
+            "    for j in range(k):", "        out[t_uint64(j)] = run[t_uint64(j)]"]
 
 
 def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:

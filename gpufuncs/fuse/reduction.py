@@ -7,7 +7,8 @@ with the dtype NumPy accumulates in. A call computes it with one generalized ker
 values is computed where it is added in, so the inputs are read once and no array of values is
 written. Floating sums are compensated (Neumaier), so they are at least as accurate as NumPy's
 pairwise summation, and the order of the additions depends only on the shape: the same bits on
-every run.
+every run. A host reduction over one leading axis that keeps the last, contiguous one runs by
+rows instead (:meth:`ReducingPart._columns`), in NumPy's own order for it.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ class ReducingPart:
                  make_body: Callable[[tuple[bool, ...]], Callable[..., Any]]) -> None:
         self.reduction, self.arguments, self.name, self.names = reduction, arguments, name, names
         self._dtypes, self._make_body = dtypes, make_body
-        self._kernels: dict[tuple[tuple[bool, ...], bool, bool], Kernel] = {}
+        self._kernels: dict[tuple[tuple[bool, ...], bool, bool, bool], Kernel] = {}
         #: The elementwise kernel of the values reduced (see ``Fused.reduced``).
         self.values: Kernel | None = None
 
@@ -192,6 +193,9 @@ class ReducingPart:
         out = options.pop("out", None)
         self._refuse_subclasses(values)
         on_device = self._on_device(values, options)
+        if not on_device and _by_columns(values, arrays, shape, reduced):
+            result = self._columns(values, arrays, shape, kept, reduced[0], options)
+            return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)], out)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
         if on_device:
             kernel = self._kernel(arrays, on_device=True)
@@ -204,6 +208,17 @@ class ReducingPart:
                 result = r.ufunc.reduce(result, axis=tuple(range(len(kept), len(kept) + len(reduced) - 2)),
                                         dtype=r.dtype)
         return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)], out)
+
+    def _columns(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
+                 kept: list[int], axis: int, options: dict[str, Any]) -> Any:
+        """A host reduction over one ``axis`` that keeps the last (see :func:`_by_columns`):
+        each array as ``(*kept but the last, axis, last)`` views, the kernel's core ``(m, k)``,
+        summed row after row into ``k`` columns (see :func:`.emit._columns`)."""
+        order = (*kept[:-1], axis, kept[-1])
+        operands = [np.transpose(_broadcast(v, shape), order) if a else _scalar(v)
+                    for v, a in zip(values, arrays)]
+        ordered = all(_c_ordered_core(v) for v, a in zip(operands, arrays) if a)
+        return self._kernel(arrays, on_device=False, c_ordered=ordered, columns=True)(*operands, **options)
 
     def _refuse_subclasses(self, values: list[Any]) -> None:
         """NumPy's array subclasses reduce differently (a masked array skips its masked values,
@@ -287,25 +302,29 @@ class ReducingPart:
         ordered = all(_c_ordered_core(v) for v, a in zip(operands, arrays) if a)
         return self._kernel(arrays, on_device=False, c_ordered=ordered)
 
-    def _kernel(self, arrays: tuple[bool, ...], on_device: bool, c_ordered: bool = False) -> Kernel:
+    def _kernel(self, arrays: tuple[bool, ...], on_device: bool, c_ordered: bool = False,
+                columns: bool = False) -> Kernel:
         """The kernel for arguments that are arrays where ``arrays`` says so: GPU threads add
         one value at a time (``on_device``), host loops a block of values at a time;
-        ``c_ordered``: for core views in C order only (see :meth:`_host_kernel`)."""
-        key = (arrays, on_device, c_ordered)
+        ``c_ordered``: for core views in C order only (see :meth:`_host_kernel`); ``columns``:
+        ``(m,k)->(k)``, reducing the first core axis (see :meth:`_columns`)."""
+        key = (arrays, on_device, c_ordered, columns)
         found = self._kernels.get(key)
         if found is None:
-            found = self._kernels[key] = Kernel(self._spec(arrays, on_device, c_ordered))
+            found = self._kernels[key] = Kernel(self._spec(arrays, on_device, c_ordered, columns))
         return found
 
-    def _spec(self, arrays: tuple[bool, ...], on_device: bool, c_ordered: bool) -> KernelSpec:
+    def _spec(self, arrays: tuple[bool, ...], on_device: bool, c_ordered: bool, columns: bool) -> KernelSpec:
         from numba.np.numpy_support import from_dtype
 
         core = "[:, ::1]" if c_ordered else "[:, :]"
         types = [f"{from_dtype(d)}{core}" if a else str(from_dtype(d)) for d, a in zip(self._dtypes, arrays)]
         signature = f"void({', '.join(types)}, {from_dtype(self.reduction.dtype)}[:])"
-        layout = ",".join("(m,n)" if a else "()" for a in arrays) + "->()"
+        core_layout, result = ("(m,k)", "(k)") if columns else ("(m,n)", "()")
+        layout = ",".join(core_layout if a else "()" for a in arrays) + "->" + result
         nargs = len(arrays) + 1
-        return KernelSpec(name=self.name, pyfunc=self._make_body(arrays, blocked=not on_device),
+        body = self._make_body(arrays, blocked=not on_device, columns=columns)
+        return KernelSpec(name=self.name, pyfunc=body,
                           loops=(parse_loop(signature, nargs, True, nout=1),), layout=parse_layout(layout),
                           reference=None, tolerances={}, doc="", arg_names=(*self.names, "out"))
 
@@ -323,14 +342,31 @@ def _on_device(value: Any) -> bool:
     return arg is not None and arg.role == DEVICE
 
 
-def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:
-    """``value`` broadcast to ``shape``, its reduced axes last, with exactly two of them (the
-    kernel's core; more are reduced again after the call): a view, never a copy."""
+def _broadcast(value: Any, shape: tuple[int, ...]) -> Any:
+    """``value`` broadcast to ``shape``: a view, never a copy."""
     # Each of NumPy's functions on a CuPy array is a dispatch of some microseconds: none where
     # nothing changes, as for the commonest call, the whole of one array. (Subclasses and other
     # array-likes still go through broadcast_to, which gives a plain array, as before.)
     plain = type(value) is np.ndarray or library_of(type(value)) == "cupy"
-    view = value if plain and value.shape == shape else np.broadcast_to(value, shape)
+    return value if plain and value.shape == shape else np.broadcast_to(value, shape)
+
+
+def _by_columns(values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
+                reduced: list[int]) -> bool:
+    """Whether a host reduction runs by columns (see :meth:`ReducingPart._columns`): one
+    reduced axis, not the last, and the first array steps through the last axis by a shorter
+    stride than through the reduced one (a C array's rows: ``x.sum(axis=0)``), where the
+    reduction by cores would read each column by its stride."""
+    if len(reduced) != 1 or reduced[0] == len(shape) - 1 or shape[-1] < 2:
+        return False
+    first = _broadcast(next(v for v, a in zip(values, arrays) if a), shape)
+    return abs(first.strides[-1]) < abs(first.strides[reduced[0]])
+
+
+def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:
+    """``value`` broadcast to ``shape``, its reduced axes last, with exactly two of them (the
+    kernel's core; more are reduced again after the call): a view, never a copy."""
+    view = _broadcast(value, shape)
     order = (*kept, *reduced)
     if order != tuple(range(len(shape))):
         view = np.transpose(view, order)
