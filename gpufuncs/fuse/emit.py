@@ -22,7 +22,7 @@ import numpy as np
 from numba.np.numpy_support import from_dtype
 
 from .ops import HELPERS
-from .reduction import BLOCK, COMPENSATED, Reduction
+from .reduction import BLOCK, COMPENSATED, LANES, Reduction
 from .trace import Operand, Trace
 
 #: The cast to each dtype, by the name the expressions use (``t_float32(x)``).
@@ -191,20 +191,35 @@ def _columns(name: str, acc: np.dtype, cast: str, first: str) -> list[str]:
             "    for j in range(k):", "        out[t_uint64(j)] = run[t_uint64(j)]"]
 
 
+def _in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
+    """A host float64 (complex128) sum's statements: blocks of :data:`BLOCK` values (the last
+    one padded with zeros) added into :data:`.reduction.LANES` running compensated sums (see
+    :func:`.reduction.lanes_add`), which are added up at the end."""
+    return [f"    buf = np.empty({BLOCK}, k_type)", f"    lane_s = np.zeros({LANES}, k_type)",
+            f"    lane_e = np.zeros({LANES}, k_type)", "    special = k_init", f"    n = {first}.shape[1]",
+            *loops[:2], f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
+            "            for k in range(m):", "                uj = t_uint64(j0 + k)",
+            f"                buf[t_uint64(k)] = {cast}",
+            f"            for k in range(m, {BLOCK}):", "                buf[t_uint64(k)] = k_init",
+            "            special = lanes_add(buf, lane_s, lane_e, special, k_init)",
+            "    out[0] = lanes_total(lane_s, lane_e, special, k_init)"]
+
+
 def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
-    """A floating sum's statements: each value (or, ``blocked``, each block's sum and the
-    rounding errors of summing it, see :func:`.reduction.block_sum`) added with Neumaier's
-    compensation, real and imaginary parts apart. On the host, ``float32`` and ``complex64``
-    values are summed in ``float64`` (a block's plain sum there loses less than the compensated
-    float32 one, and vectorizes), the total rounded once to the accumulation dtype."""
+    """A floating sum's statements: each value (or, ``blocked``, each block's sum, see
+    :func:`.reduction.wide_block_sum`) added with Neumaier's compensation, real and imaginary
+    parts apart; float64 (complex128) values on the host go :func:`_in_lanes` instead. On the
+    host, ``float32`` and ``complex64`` values are summed in ``float64`` (a block's plain sum
+    there loses less than the compensated float32 one, and vectorizes), the total rounded once
+    to the accumulation dtype."""
     part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
     wide = np.dtype(np.float64) if blocked else part  # (a GPU thread sums in the dtype itself)
+    if blocked and part.itemsize == wide.itemsize:
+        return _in_lanes(cast, first, loops)
     parts = ("r", "i") if acc.kind == "c" else ("r",)
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
-    if blocked:
-        plain = part.itemsize < wide.itemsize
-        block = ("v, e = wide_block_sum(buf, m, k_wide), k_wide" if plain else
-                 "v, e = block_sum(buf, m, k_init)")
+    if blocked:  # float32 (complex64) values, summed in float64 (complex128)
+        block = "v = wide_block_sum(buf, m, k_wide)"
         lines += [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", *loops[:2],
                   f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
                   "            for k in range(m):", "                uj = t_uint64(j0 + k)",
@@ -215,8 +230,6 @@ def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked
         component = ("v.real" if k == "r" else "v.imag") if acc.kind == "c" else "v"
         lines += [f"            p, q = compensated_add(s{k}, c{k}, t_{wide.name}({component}))",
                   f"            s{k} = p", f"            c{k} = q"]
-        if blocked:  # the block's own rounding errors, kept apart by block_sum
-            lines.append(f"            c{k} = c{k} + t_{wide.name}({component.replace('v', 'e', 1)})")
     totals = [f"t_{part.name}(compensated_total(s{k}, c{k}))" for k in parts]
     return [*lines, f"    out[0] = {'complex(' + ', '.join(totals) + ')' if acc.kind == 'c' else totals[0]}"]
 

@@ -415,7 +415,7 @@ def _into(out: Any, result: Any, r: Reduction) -> Any:
 @numba.njit
 def plain_block_sum(values, m, zero):
     """The plain sum of ``values[:m]`` in ``zero``'s type, in eight running sums combined
-    pairwise as NumPy's pairwise summation sums a block (:func:`block_sum`'s first pass)."""
+    pairwise as NumPy's pairwise summation sums a block."""
     r0 = r1 = r2 = r3 = r4 = r5 = r6 = r7 = zero
     whole = m - m % 8
     for j in range(0, whole, 8):
@@ -474,52 +474,55 @@ def compensated_total(s, c):
 
 
 #: Values per block of a host reduction kernel's floating sum: NumPy's pairwise summation's
-#: (``PW_BLOCKSIZE``), whose blocks it sums with eight accumulators as :func:`block_sum` does.
+#: (``PW_BLOCKSIZE``).
 BLOCK = 128
 
 
+#: Running sums of a host reduction kernel's float64 (complex128) sum: a block of
+#: :data:`BLOCK` values is added as rows of this many, each lane with Knuth's TwoSum.
+LANES = 64
+
+
 @numba.njit
-def block_sum(values, m, zero):
-    """The sum of ``values[:m]`` (``m <= BLOCK``) and the rounding error it leaves, summed as
-    NumPy's pairwise summation sums a block, in eight running sums, but each with Knuth's
-    TwoSum (branch-free, so the lanes vectorize: the error of every addition is kept), where
-    the plain sum is finite (else that, as NumPy's). Complex values work as they are: TwoSum
-    of each part is the same operations. ``zero``: of the values' type."""
-    plain = plain_block_sum(values, m, zero)  # first: where it is not finite, it is the sum
-    if not _finite(plain):  # (TwoSum of an infinity computes inf - inf: the invalid flag)
-        return plain, zero
-    whole = m - m % 8
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
-    e0 = e1 = e2 = e3 = e4 = e5 = e6 = e7 = zero
-    for j in range(0, whole, 8):
-        s0, e0 = _two_sum(s0, values[j], e0)
-        s1, e1 = _two_sum(s1, values[j + 1], e1)
-        s2, e2 = _two_sum(s2, values[j + 2], e2)
-        s3, e3 = _two_sum(s3, values[j + 3], e3)
-        s4, e4 = _two_sum(s4, values[j + 4], e4)
-        s5, e5 = _two_sum(s5, values[j + 5], e5)
-        s6, e6 = _two_sum(s6, values[j + 6], e6)
-        s7, e7 = _two_sum(s7, values[j + 7], e7)
-    error = ((e0 + e1) + (e2 + e3)) + ((e4 + e5) + (e6 + e7))
-    total, error = _two_sum(s0, s1, error)
-    for lane in (s2, s3, s4, s5, s6, s7):
-        total, error = _two_sum(total, lane, error)
-    for j in range(whole, m):
-        total, error = _two_sum(total, values[j], error)
-    return total, error
+def lanes_add(values, lane_s, lane_e, special, zero):
+    """Add the :data:`BLOCK` ``values`` into the running sums ``lane_s`` (value ``j`` of
+    each row of :data:`LANES` into lane ``j``) and their exact rounding errors into
+    ``lane_e``: a loop over contiguous lanes, which vectorizes, where eight running sums in
+    scalars do not. A block with a value that is not finite (an infinity, NaN) is added into
+    ``special`` instead, as NumPy sums a block (TwoSum of an infinity computes inf - inf:
+    the invalid flag), which is returned. ``zero``: of the values' type."""
+    finite = True
+    for j in range(BLOCK):  # (an "and" of comparisons: it vectorizes, and raises no flag)
+        finite &= _finite(values[np.uint64(j)])
+    if not finite:
+        return special + plain_block_sum(values, BLOCK, zero)
+    for row in range(BLOCK // LANES):
+        start = np.uint64(row * LANES)
+        for j in range(LANES):
+            lane = np.uint64(j)
+            v = values[start + lane]
+            s = lane_s[lane]
+            t = s + v
+            back = t - s
+            lane_e[lane] += (s - (t - back)) + (v - back)
+            lane_s[lane] = t
+    return special
 
 
-
-
-@numba.njit(inline="always")
-def _two_sum(s, v, error):
-    """``s + v`` and ``error`` plus that addition's exact rounding error (Knuth's TwoSum)."""
-    t = s + v
-    back = t - s
-    return t, error + ((s - (t - back)) + (v - back))
+@numba.njit
+def lanes_total(lane_s, lane_e, special, zero):
+    """The sum :func:`lanes_add` kept: the lanes' sums and errors added with Neumaier's
+    compensation, or ``special`` (plus them) where a block was not finite."""
+    s = c = zero
+    for j in range(LANES):
+        s, c = compensated_add(s, c, lane_s[j])
+    for j in range(LANES):
+        s, c = compensated_add(s, c, lane_e[j])
+    total = compensated_total(s, c)
+    return total if _finite(special) else special + total
 
 
 #: The helpers by the names the reduction kernels' text uses.
 COMPENSATED = {f.py_func.__name__: f
-               for f in (compensated_add, compensated_total, block_sum, plain_block_sum,
-                          wide_block_sum)}
+               for f in (compensated_add, compensated_total, plain_block_sum, wide_block_sum,
+                          lanes_add, lanes_total)}
