@@ -24,7 +24,8 @@ TARGETS = ["cpu", pytest.param("parallel", marks=pytest.mark.slow),
 
 CASES = [("sum", np.float64), ("sum", np.float32), ("sum", np.int32), ("sum", np.complex128),
          ("prod", np.int32), ("min", np.float64), ("max", np.uint8), ("mean", np.float64),
-         ("mean", np.int32), ("any", np.float64), ("all", np.int32), ("any", np.bool_)]
+         ("mean", np.int32), ("any", np.float64), ("all", np.int32), ("any", np.bool_),
+         ("max", np.bool_)]
 #: The reductions' keywords drawn: each is a fused function of its own (compiled anew), so a few.
 KEYWORDS = [(None, False), (-1, True), ((0, -1), False)]
 

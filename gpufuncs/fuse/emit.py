@@ -26,7 +26,7 @@ from .reduction import BLOCK, COMPENSATED, LANES, Reduction
 from .trace import Operand, Trace
 
 #: The cast to each dtype, by the name the expressions use (``t_float32(x)``).
-_CASTS = {f"t_{np.dtype(c).name}": np.dtype(c).type for c in "bBhHiIlLqQfdFD"}
+_CASTS = {f"t_{np.dtype(c).name}": np.dtype(c).type for c in "?bBhHiIlLqQfdFD"}
 
 
 class _Body:
@@ -153,6 +153,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
              f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)"]
     if columns:
         lines = _columns(name, acc, cast, first)
+    elif blocked and name in ("min", "max"):
+        lines = _extreme_in_lanes(name, cast, first, loops)
     elif name in ("sum", "mean") and acc.kind in "fc":
         lines = _compensated(acc, cast, first, loops, blocked)
     else:
@@ -191,16 +193,39 @@ def _columns(name: str, acc: np.dtype, cast: str, first: str) -> list[str]:
             "    for j in range(k):", "        out[t_uint64(j)] = run[t_uint64(j)]"]
 
 
-def _in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
-    """A host float64 (complex128) sum's statements: blocks of :data:`BLOCK` values (the last
-    one padded with zeros) added into :data:`.reduction.LANES` running compensated sums (see
-    :func:`.reduction.lanes_add`), which are added up at the end."""
-    return [f"    buf = np.empty({BLOCK}, k_type)", f"    lane_s = np.zeros({LANES}, k_type)",
-            f"    lane_e = np.zeros({LANES}, k_type)", "    special = k_init", f"    n = {first}.shape[1]",
-            *loops[:2], f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
+def _blocks(cast: str, first: str, loops: list[str]) -> list[str]:
+    """The statements that fill ``buf`` with each block of :data:`BLOCK` values of a row of
+    the core, the last one padded with ``k_init``; the block's own statements follow, at
+    the indentation of the fill loop."""
+    return [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", *loops[:2],
+            f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
             "            for k in range(m):", "                uj = t_uint64(j0 + k)",
             f"                buf[t_uint64(k)] = {cast}",
-            f"            for k in range(m, {BLOCK}):", "                buf[t_uint64(k)] = k_init",
+            f"            for k in range(m, {BLOCK}):", "                buf[t_uint64(k)] = k_init"]
+
+
+def _extreme_in_lanes(name: str, cast: str, first: str, loops: list[str]) -> list[str]:
+    """A host ``min`` or ``max``: the blocks (see :func:`_blocks`) taken as rows of
+    :data:`.reduction.LANES` lanes, each lane keeping its own extreme (a loop over contiguous
+    lanes, which vectorizes; one running value does not), then the lanes' extremes. NaN
+    propagates as in NumPy's (``minimum``/``maximum``)."""
+    step = "minimum" if name == "min" else "maximum"
+    return [f"    run = np.empty({LANES}, k_type)", f"    for j in range({LANES}):",
+            "        run[t_uint64(j)] = k_init", *_blocks(cast, first, loops),
+            f"            for row in range({BLOCK // LANES}):",
+            f"                start = t_uint64(row * {LANES})",
+            f"                for j in range({LANES}):", "                    lane = t_uint64(j)",
+            f"                    run[lane] = {step}(run[lane], buf[start + lane])",
+            "    s = k_init", f"    for j in range({LANES}):", f"        s = {step}(s, run[t_uint64(j)])",
+            "    out[0] = s"]
+
+
+def _in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
+    """A host float64 (complex128) sum's statements: the blocks (see :func:`_blocks`) added
+    into :data:`.reduction.LANES` running compensated sums (see
+    :func:`.reduction.lanes_add`), which are added up at the end."""
+    return [f"    lane_s = np.zeros({LANES}, k_type)", f"    lane_e = np.zeros({LANES}, k_type)",
+            "    special = k_init", *_blocks(cast, first, loops),
             "            special = lanes_add(buf, lane_s, lane_e, special, k_init)",
             "    out[0] = lanes_total(lane_s, lane_e, special, k_init)"]
 
