@@ -111,6 +111,36 @@ def loglik_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[s
     return _host_rows(_loglik_calls, sizes, target, quick)
 
 
+#: Fused reductions beside NumPy's own: (label, the function, its input's dtype and shape of n).
+REDUCTIONS: tuple[tuple[str, Callable[[Any], Any], Any, Callable[[int], tuple[int, ...]]], ...] = (
+    ("x.sum() float32", lambda x: x.sum(), np.float32, lambda n: (n,)),
+    ("x.sum() float64", lambda x: x.sum(), np.float64, lambda n: (n,)),
+    ("x.max() float64", lambda x: x.max(), np.float64, lambda n: (n,)),
+    ("(x * 3).mean(axis=0) float32", lambda x: (x * 3).mean(axis=0), np.float32,
+     lambda n: (n // 1000, 1000)),
+    ("(x * 3).max(axis=1) float64", lambda x: (x * 3).max(axis=1), np.float64,
+     lambda n: (n // 1000, 1000)),
+)
+
+
+def reduction_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dict[str, Any]]:
+    """Each of :data:`REDUCTIONS` fused and as NumPy computes it eagerly, µs per call."""
+    rows = []
+    for n in sizes:
+        for label, func, dtype, shape in REDUCTIONS:
+            x = np.random.default_rng(n).uniform(-4, 4, shape(n)).astype(dtype)
+            fused = gf.fuse(func)
+            calls = {"fused": lambda f=fused, x=x: f(x, target=target), "numpy": lambda f=func, x=x: f(x)}
+            repeat = 5 if quick else (15 if n >= 10**7 else 60)
+            row: dict[str, Any] = {"n": n, "target": target, "kernel": label}
+            for name, call in calls.items():
+                row[f"{name} us"] = round(1e6 * measure(call, repeat=repeat, inner=1), 2)
+            pair = measure_pair(calls["fused"], calls["numpy"], inner=None, repeat=repeat)
+            row["fused/numpy"] = round(pair[0] / pair[1], 3)
+            rows.append(row)
+    return rows
+
+
 def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
     """The chain fused, unfused, ``cupy.fuse`` and ``torch.compile`` on the GPU: call +
     synchronize and pipelined, as ratios of interleaved repetitions (µs per call besides)."""
@@ -231,10 +261,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loglik", action="store_true",
                         help="the fused log-likelihood np.log(gaussian(x, mu, s)).sum() instead of the chain "
                              "(saved as <name>_loglik)")
+    parser.add_argument("--reductions", action="store_true",
+                        help="fused reductions (sum, max, mean over axis 0) beside NumPy's, host targets "
+                             "(saved as <name>_reductions)")
     add_save_argument(parser)
     opts = parser.parse_args(argv)
     if opts.loglik:
         return _loglik_main(opts)
+    if opts.reductions:
+        return _reductions_main(opts)
     error, notes = _missing(opts.gpu)
     for line in notes:
         print(line, file=sys.stderr)
@@ -282,6 +317,21 @@ def _loglik_main(opts: argparse.Namespace) -> None:
     if opts.save:
         name = opts.name or ("gpu" if opts.gpu else f"cpu-{opts.target}")
         print("saved", _save(name, rows, meta, opts.save, "loglik"))
+    else:
+        print(not_saved_hint())
+
+
+def _reductions_main(opts: argparse.Namespace) -> None:
+    if opts.gpu:
+        raise SystemExit("--reductions measures host targets (--target); the GPU's are --loglik --gpu")
+    sizes = tuple(int(float(s)) for s in opts.sizes.split(",")) if opts.sizes else (10**6,)
+    rows = reduction_rows(sizes, opts.target, opts.quick)
+    meta = machine_info({"suite": "reductions", "target": opts.target,
+                         "function": "fused reductions beside NumPy's eager ones"})
+    for row in rows:
+        print(row, flush=True)
+    if opts.save:
+        print("saved", _save(opts.name or f"cpu-{opts.target}", rows, meta, opts.save, "reductions"))
     else:
         print(not_saved_hint())
 

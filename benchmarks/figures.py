@@ -60,6 +60,8 @@ RATIO_TABLES = (
      "NumPy's eager expression"),
     ("cpu-parallel_loglik", "The same fused reduction, 2-core CI machine (target parallel)", "fused/numpy",
      "NumPy's eager expression"),
+    ("cpu_reductions", "Fused reductions beside NumPy's own, 10^6 values, 2-core CI machine (target cpu; "
+     "NumPy computes the same expression eagerly)", "fused/numpy", "NumPy's eager reduction"),
     ("cpu-16core-parallel_loglik", "The same fused reduction, 16-core host of the GPU machine (target "
      "parallel)", "fused/numpy", "NumPy's eager expression"),
     ("gpu-h100_fuse", "Fusion (gf.fuse) of the same chain, H100 (CuPy arrays; every ratio in one run: "
