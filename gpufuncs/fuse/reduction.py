@@ -217,8 +217,7 @@ class ReducingPart:
         order = (*kept[:-1], axis, kept[-1])
         operands = [np.transpose(_broadcast(v, shape), order) if a else _scalar(v)
                     for v, a in zip(values, arrays)]
-        ordered = all(_c_ordered_core(v) for v, a in zip(operands, arrays) if a)
-        return self._kernel(arrays, on_device=False, c_ordered=ordered, columns=True)(*operands, **options)
+        return self._host_kernel(operands, arrays, columns=True)(*operands, **options)
 
     def _refuse_subclasses(self, values: list[Any]) -> None:
         """NumPy's array subclasses reduce differently (a masked array skips its masked values,
@@ -294,13 +293,13 @@ class ReducingPart:
         """The text of the kernel that host calls with array arguments run."""
         return self._make_body((True,) * len(self.arguments)).source
 
-    def _host_kernel(self, operands: list[Any], arrays: tuple[bool, ...]) -> Kernel:
+    def _host_kernel(self, operands: list[Any], arrays: tuple[bool, ...], columns: bool = False) -> Kernel:
         """The host kernel for these core views: the one for C-ordered cores where every
         array's is (loads the compiler can vectorize), else the one for any strides. Checked
         on every call, as the views are made per call: a kernel compiled for C-ordered cores
         reads a strided one wrongly, without a word."""
         ordered = all(_c_ordered_core(v) for v, a in zip(operands, arrays) if a)
-        return self._kernel(arrays, on_device=False, c_ordered=ordered)
+        return self._kernel(arrays, on_device=False, c_ordered=ordered, columns=columns)
 
     def _kernel(self, arrays: tuple[bool, ...], on_device: bool, c_ordered: bool = False,
                 columns: bool = False) -> Kernel:
