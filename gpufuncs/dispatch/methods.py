@@ -259,8 +259,8 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
         kernel, "reduce", lambda: normalize_axis_tuple(axis, len(shape)))
     if any(shape[a] == 0 for a in axes):
         raise ValueError(f"{name}.reduce on cuda: cannot reduce an empty axis")
-    kept = tuple(1 if d in axes else n for d, n in enumerate(shape))
-    result_shape = kept if keepdims else tuple(n for d, n in enumerate(shape) if d not in axes)
+    ones = tuple(1 if d in axes else n for d, n in enumerate(shape))  # keepdims' shape
+    result_shape = ones if keepdims else tuple(n for d, n in enumerate(shape) if d not in axes)
     out = _device_out(kernel, out, result_shape)
     if dtype is None and out is not None:  # NumPy's rule: a floating out='s dtype is the loop's
         given = out.dtype if isinstance(out, np.ndarray) else describe(out).dtype

@@ -244,11 +244,7 @@ def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked
     parts = ("r", "i") if acc.kind == "c" else ("r",)
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:  # float32 (complex64) values, summed in float64 (complex128)
-        block = "v = wide_block_sum(buf, m, k_wide)"
-        lines += [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", *loops[:2],
-                  f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
-                  "            for k in range(m):", "                uj = t_uint64(j0 + k)",
-                  f"                buf[t_uint64(k)] = {cast}", f"            {block}"]
+        lines += [*_blocks(cast, first, loops), "            v = wide_block_sum(buf, m, k_wide)"]
     else:
         lines += [*loops, f"            v = {cast}"]
     for k in parts:
