@@ -27,7 +27,7 @@ def _vector_ir(kernel: gf.Kernel, dtype: type, *args: object) -> str:
     afresh (a loop loaded from the disk cache carries no IR)."""
     compiled = kernel.compiled("cpu")
     declared = kernel.spec.loop_for(np.dtype(dtype))
-    compiled.loops(declared)  # the scalar function, marked for inlining
+    compiled.inline(declared)  # the scalar function, marked for inlining
     loop = loops.ufunc_loops(compiled.scalar(), tuple(d.type for d in declared.inputs), None)[0]
     loop(np.empty(np.shape(args[0]), dtype), *args)
     return loop.inspect_llvm(loop.signatures[0])

@@ -85,9 +85,11 @@ class KeyedCache(FunctionCache):
     :func:`name_after`), and any failure to read or write is a miss.
     """
 
-    def __init__(self, py_func: Callable[..., Any], key: str) -> None:
+    def __init__(self, py_func: Callable[..., Any], key: str,
+                 before_compile: Callable[[], None] | None = None) -> None:
         super().__init__(py_func)
         self._key = key
+        self._before_compile = before_compile
         self._cache_file = _CheckedCacheFile(
             cache_path=self._cache_path, filename_base=self._impl.filename_base,
             source_stamp=self._impl.locator.get_source_stamp())
@@ -97,11 +99,17 @@ class KeyedCache(FunctionCache):
         return sig, codegen.magic_tuple(), (code, self._key)
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
+        """The entry of ``sig``, or ``None`` after running ``before_compile`` (a miss: Numba
+        compiles next, and what the compiled code needs first is done only then; an entry
+        loaded from the disk holds all of its code)."""
         try:
-            return super().load_overload(sig, target_context)
+            found = super().load_overload(sig, target_context)
         except Exception as exc:  # an entry that unpickles but does not rebuild
             _warn_once(f"loading from {self._cache_path}", exc)
-            return None
+            found = None
+        if found is None and self._before_compile is not None:
+            self._before_compile()  # outside the try: its errors are the compilation's
+        return found
 
     def save_overload(self, sig: Any, data: Any) -> None:
         try:
@@ -126,16 +134,52 @@ def name_after(func: types.FunctionType, key: str) -> None:
     func.__qualname__ = f"{func.__qualname__}.k{digest}"
 
 
-def attach(dispatcher: Any, key: str) -> Any:
+def attach(dispatcher: Any, key: str, before_compile: Callable[[], None] | None = None) -> Any:
     """Give ``dispatcher`` (an ``@njit`` dispatcher, not compiled yet) a :class:`KeyedCache`
     keyed on ``key``, and a name that carries the key (:func:`name_after`); without a usable
-    cache location it stays uncached (and warns once). Returns it."""
+    cache location it stays uncached (and warns once). ``before_compile`` runs before each
+    compilation of a signature the cache does not hold (see :meth:`KeyedCache.load_overload`).
+    Returns it."""
     name_after(dispatcher.py_func, key)
     try:
-        dispatcher._cache = KeyedCache(dispatcher.py_func, key)
+        dispatcher._cache = KeyedCache(dispatcher.py_func, key, before_compile)
     except Exception as exc:  # Numba: "cannot cache function ...: no locator available"
         _warn_once("finding a cache directory", exc)
     return dispatcher
+
+
+def keyed(dispatcher: Any) -> bool:
+    """Whether ``dispatcher`` has a :class:`KeyedCache` (:func:`attach` found a location)."""
+    return isinstance(getattr(dispatcher, "_cache", None), KeyedCache)
+
+
+def remembered(anchor: Callable[..., Any], key: str, compute: Callable[[], bool]) -> bool:
+    """``compute()``, a fact about compiled code that takes a compilation to learn, kept in the
+    disk cache under ``key`` (beside ``anchor``'s entries, a function of this package: its
+    file's changes, Numba's version and the CPU the code is compiled for are part of the key,
+    as for any entry). A problem with the cache computes it, as a miss does."""
+    from numba.core.registry import cpu_target
+
+    index_key = (key, cpu_target.target_context.codegen().magic_tuple())
+    try:
+        impl = FunctionCache(anchor)._impl
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        store: _CheckedCacheFile | None = _CheckedCacheFile(
+            cache_path=impl.locator.get_cache_path(), filename_base=f"{impl.filename_base}.k{digest}",
+            source_stamp=impl.locator.get_source_stamp())
+        found = store.load(index_key)
+    except Exception as exc:  # Numba: "cannot cache function ...: no locator available"
+        _warn_once("finding a cache directory", exc)
+        store, found = None, None
+    if isinstance(found, bool):
+        return found
+    value = compute()
+    if store is not None:
+        try:
+            store.save(index_key, value)
+        except Exception as exc:  # unwritable
+            _warn_once(f"writing to {impl.locator.get_cache_path()}", exc)
+    return value
 
 
 # -- what compiled code depends on beyond its module's source -------------------------------------

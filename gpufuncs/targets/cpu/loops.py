@@ -241,13 +241,15 @@ def may_raise(scalar: Any, argtypes: tuple[Any, ...]) -> bool:
         return True
 
 
-def _jit(func: Callable[..., Any], key: str | None, **extra: Any) -> Any:
+def _jit(func: Callable[..., Any], key: str | None, before_compile: Callable[[], None] | None = None,
+         **extra: Any) -> Any:
     dispatcher = numba.njit(**options(), **extra)(func)
-    return dispatcher if key is None else cache.attach(dispatcher, key)
+    return dispatcher if key is None else cache.attach(dispatcher, key, before_compile)
 
 
 def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None,
-                wide: bool = True, raising: bool = True) -> tuple[Any, Any, Any]:
+                wide: bool = True, raising: bool = True,
+                before_compile: Callable[[], None] | None = None) -> tuple[Any, Any, Any]:
     """``(loop, masked, parallel)`` dispatchers of an elementwise kernel whose inputs are cast
     to ``cast`` (a type per input),
     vectorized with 512-bit vectors where the CPU has them (``wide``; see :data:`WIDE_MIN`).
@@ -265,9 +267,16 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     returns 1 + its index as well, above the status (see :func:`combined`). Where the scalar
     function cannot raise (``raising`` false: see :func:`may_raise`), its chunks run the serial
     loop itself: one loop less to compile for each new call signature.
+
+    ``before_compile`` runs before a loop is compiled rather than loaded from the disk cache
+    (:func:`.cache.attach`; the caller runs it itself for loops without a cache): a loop
+    loaded from the disk needs nothing compiled in the process, not even the scalar function.
     """
     vectors = wide_vectors if wide else default_vectors
     key = key if key is None or wide else f"{key}:narrow"
+
+    def jit(func: Callable[..., Any], **extra: Any) -> Any:
+        return _jit(func, key, before_compile, **extra)
 
     def body(out, *args):
         vectors()
@@ -276,7 +285,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
             out[i] = scalar(*elements(args, i, cast))
         return read_status()
 
-    serial = _jit(body, key)
+    serial = jit(body)
 
     def loop(out, *args):
         return serial(out.reshape(out.size), *flat(args))
@@ -301,7 +310,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
         return combined(status, -1)
 
     if not raising:
-        return _jit(loop, key), _jit(masked, key), _jit(parallel_plain, key, parallel=True)
+        return jit(loop), jit(masked), jit(parallel_plain, parallel=True)
 
     def guarded_body(out, *args):
         vectors()
@@ -314,7 +323,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
             return i, 0
         return -1, read_status()
 
-    guarded = _jit(guarded_body, key)
+    guarded = jit(guarded_body)
 
     def parallel(out, *args):
         out, args = out.reshape(out.size), flat(args)
@@ -332,11 +341,12 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
             serial(out[j:j + 1], *sliced(args, j, j + 1))
         return combined(status, j)
 
-    return _jit(loop, key), _jit(masked, key), _jit(parallel, key, parallel=True)
+    return jit(loop), jit(masked), jit(parallel, parallel=True)
 
 
 def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None,
-                 raising: bool = True) -> tuple[Any, Any, Any]:
+                 raising: bool = True,
+                 before_compile: Callable[[], None] | None = None) -> tuple[Any, Any, Any]:
     """``(loop, masked, parallel)`` dispatchers of a generalized kernel whose inputs are cast to
     ``cast`` (a type per input).
 
@@ -344,8 +354,12 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
     outputs (arrays of shape ``(n, *core)``; a ``()`` output is ``(n, 1)``, as Numba passes it);
     ``masked(outs, where, *args)`` only for the rows where ``where[i]``; ``parallel`` runs the
     loop over contiguous chunks of rows, a few per thread, and raises or returns as
-    :func:`ufunc_loops`' does (running the serial loop itself where nothing can raise).
+    :func:`ufunc_loops`' does (running the serial loop itself where nothing can raise), and
+    runs ``before_compile`` as :func:`ufunc_loops`' do.
     """
+
+    def jit(func: Callable[..., Any], **extra: Any) -> Any:
+        return _jit(func, key, before_compile, **extra)
 
     def body(outs, *args):
         clear_status()
@@ -371,7 +385,7 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
             return i, 0
         return -1, read_status()
 
-    serial, guarded = _jit(body, key), _jit(guarded_body, key)
+    serial, guarded = jit(body), jit(guarded_body)
 
     def parallel_plain(outs, *args):
         n = outs[0].shape[0]
@@ -383,7 +397,7 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
         return combined(status, -1)
 
     if not raising:
-        return serial, _jit(masked, key), _jit(parallel_plain, key, parallel=True)
+        return serial, jit(masked), jit(parallel_plain, parallel=True)
 
     def parallel(outs, *args):
         n = outs[0].shape[0]
@@ -400,4 +414,4 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
             serial(sliced(outs, j, j + 1), *sliced(args, j, j + 1))
         return combined(status, j)
 
-    return serial, _jit(masked, key), _jit(parallel, key, parallel=True)
+    return serial, jit(masked), jit(parallel, parallel=True)
