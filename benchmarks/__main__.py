@@ -13,7 +13,11 @@ Suites (``--suite``, default ``all``):
 - ``compose`` and ``compose_gpu`` (only when named, not in ``all``): a kernel calling kernels,
   ``clamp(gaussian(x, 0, 1) * w, 0, 1)``, against the same body written out by hand, on
   ``cpu``/``parallel`` and on ``cuda`` (:mod:`bench_compose`; saved as
-  ``<name>_compose.*`` and ``gpu-<gpu>_compose.*``).
+  ``<name>_compose.*`` and ``gpu-<gpu>_compose.*``);
+- ``fresh`` (only when named): fresh processes, each beside Numba's ``@vectorize`` in the same
+  run: ``import`` + the first ``gaussian`` call at 10^6 float64 with a warm disk cache (``cpu``,
+  ``auto``), and the resident memory one user kernel adds with its first call
+  (:func:`bench_cpu.fresh_rows`; saved as ``<name>_fresh.*``).
 
 Kernels come from the registry, each with its ``benchmark=gf.Benchmark(...)`` declaration
 (``--kernels`` picks some; a kernel without a declaration stops the run, naming it).
@@ -65,7 +69,7 @@ from .harness import (
 
 SUITES = ("cpu", "overhead", "gpu")
 #: Suites run only when named.
-EXTRA_SUITES = ("compose", "compose_gpu")
+EXTRA_SUITES = ("compose", "compose_gpu", "fresh")
 PROG = "python -m benchmarks"
 
 
@@ -153,6 +157,8 @@ def _plan(opts: argparse.Namespace, selected: list[Case],
     if "compose" in opts.suites:
         tables["cpu_compose"] = bench_compose.cpu_steps(opts.sizes or bench_compose.CPU_SIZES, dtypes,
                                                         opts.quick)
+    if "fresh" in opts.suites:
+        tables["cpu_fresh"] = bench_cpu.fresh_steps(opts.quick)
     if "compose_gpu" in opts.suites:
         reason = bench_gpu.unavailable()
         if reason:
@@ -193,6 +199,9 @@ def _meta(opts: argparse.Namespace, tables: dict[str, list[dict[str, Any]]], loa
     if "cpu_compose" in tables:
         meta.update({k: v for k, v in bench_compose.cpu_meta(tables["cpu_compose"], load_before).items()
                      if k not in meta or k.startswith("load")})
+    if "cpu_fresh" in tables:
+        meta.update({k: v for k, v in bench_cpu.fresh_meta(tables["cpu_fresh"], load_before).items()
+                     if k not in meta or k.startswith("load")})
     meta["suites"] = [s for s in opts.suites if s not in skipped]
     meta["quick"] = opts.quick
     return meta
@@ -225,7 +234,7 @@ def file_names(meta: dict[str, Any], cpu: str) -> dict[str, str]:
     gpu = f"gpu-{bench_gpu.slug(meta['gpu'])}" if meta.get("gpu") else "gpu"
     return {"cpu": cpu, "cpu_overhead": f"{cpu}_overhead", "cpu_crossover": f"{cpu}_crossover",
             "gpu": gpu, "gpu_small": f"{gpu}_small", "cpu_compose": f"{cpu}_compose",
-            "gpu_compose": f"{gpu}_compose"}
+            "gpu_compose": f"{gpu}_compose", "cpu_fresh": f"{cpu}_fresh"}
 
 
 def save(result: dict[str, Any], opts: argparse.Namespace) -> list[Path]:

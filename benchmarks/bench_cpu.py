@@ -28,14 +28,17 @@ arguments and NumPy/SciPy expressions come from its ``benchmark=gf.Benchmark(...
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numba
@@ -337,6 +340,209 @@ def cold_compile_seconds() -> dict[str, float]:
     first, other = (float(v) for v in done.stdout.split())
     return {"first call, cold cache (s)": round(first, 2),
             "first call of another signature, cold cache (s)": round(other, 2)}
+
+
+# -- fresh processes: a user's first call, and what one kernel keeps resident (issue 32) ----------
+#: The first-call row: ``gaussian(x, 0.0, 1.0)``, x of 10^6 float64, on these targets.
+FRESH_KERNEL, FRESH_N, FRESH_TARGETS = "gaussian", 10**6, ("cpu", "auto")
+#: The memory rows: a user kernel's first call on 10^3 float64 (its output is 8 KB of the figure).
+MEMORY_N = 1000
+#: Fresh processes per figure (the median); fewer with ``--quick``.
+FRESH_REPEAT, QUICK_FRESH_REPEAT = 7, 3
+#: The issue's goals: gpufuncs' figure over Numba's.
+FRESH_LIMIT, MEMORY_LIMIT = 1.05, 1.2
+
+
+def numba_source(name: str, numba_name: str, decorator: str) -> str:
+    """The built-in kernel ``name``'s scalar function as a module of its own: renamed
+    ``numba_name``, under ``decorator``, with the module constants it reads written by value
+    and, where ``decorator`` is Numba's, each ``as_type(v, x)`` as ``float(v)``: the body a
+    Numba user writes for float64 (as this file's rows run it)."""
+    spec = gf.registry[name].spec
+    lines = inspect.getsource(spec.pyfunc).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("def "))
+    body = "\n".join(lines[start:]).replace(f"def {spec.pyfunc.__name__}(", f"def {numba_name}(", 1)
+    gpufuncs = decorator.startswith("@gf.")
+    if not gpufuncs:
+        body = re.sub(r"as_type\(([^,()]+), \w+\)", r"float(\1)", body)
+    constants = [f"{n} = {v!r}" for n, v in spec.pyfunc.__globals__.items()
+                 if n in spec.pyfunc.__code__.co_names and isinstance(v, (int, float))]
+    head = ["import math", "import numba", "import gpufuncs as gf", "from gpufuncs import as_type"
+            ] if gpufuncs else ["import math", "import numba"]
+    return "\n".join([*head, *constants, f"SIGNATURES = {[loop.signature for loop in spec.loops]!r}", "",
+                      decorator, body, ""])
+
+
+#: A fresh process: ``import`` and the first call of the kernel, each timed (the array's making
+#: is not); argv: the target, or ``numba`` for the anchor module ``fresh_anchor``, which imports
+#: Numba and loads its ``@vectorize(cache=True)`` object (both signatures) from the disk cache.
+_FRESH_CALL = """
+import time
+start = time.perf_counter()
+import sys
+import numpy as np
+if sys.argv[1] == "numba":
+    import fresh_anchor
+    kernel, options = fresh_anchor.kernel, {{}}
+else:
+    import gpufuncs as gf
+    kernel, options = gf.{name}, {{"target": sys.argv[1]}}
+imported = time.perf_counter()
+x = np.linspace(-3, 3, {n})
+made = time.perf_counter()
+kernel(x, 0.0, 1.0, **options)
+done = time.perf_counter()
+print(imported - start, done - made)
+"""
+
+
+def _run_fresh(code: str, env: dict[str, str], *argv: str) -> list[float]:
+    done = subprocess.run([sys.executable, "-c", code, *argv], env=env, check=True, capture_output=True,
+                          text=True)
+    return [float(v) for v in done.stdout.split()[-2:]]
+
+
+def _fresh_env(folder: str) -> dict[str, str]:
+    """A cache folder of the run's own (warmed by the run, so the figures never depend on what
+    an earlier process left) and the modules written into ``folder`` on the path."""
+    root = str(Path(gf.__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (folder, root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "NUMBA_CACHE_DIR": os.path.join(folder, "cache"), "PYTHONPATH": path}
+
+
+def fresh_rows(quick: bool = False) -> list[dict[str, Any]]:
+    """Issue 32's two fresh-process rows, each beside its Numba anchor in the same run.
+
+    ``import + first call, warm cache``: seconds from a process's first line to the end of its
+    first ``gaussian(x, 0.0, 1.0)`` at 10^6 float64 (``import numpy`` included on both sides,
+    making ``x`` not), with the disk cache filled by an earlier process; the anchor is Numba's
+    ``@vectorize(cache=True)`` of the same body with the same two signatures (:func:`numba_source`):
+    import, load from the cache, first call. The contenders' processes alternate, median of
+    :data:`FRESH_REPEAT` each.
+
+    ``memory of one user kernel``: see :func:`memory_rows`.
+    """
+    repeat = QUICK_FRESH_REPEAT if quick else FRESH_REPEAT
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "fresh_anchor.py").write_text(numba_source(
+            FRESH_KERNEL, "kernel", "@numba.vectorize(SIGNATURES, cache=True)"))
+        env, code = _fresh_env(folder), _FRESH_CALL.format(name=FRESH_KERNEL, n=FRESH_N)
+        contenders = ("numba", *FRESH_TARGETS)
+        for who in contenders:  # fills the cache
+            _run_fresh(code, env, who)
+        runs: dict[str, list[list[float]]] = {who: [] for who in contenders}
+        for _ in range(repeat):
+            for who in contenders:
+                runs[who].append(_run_fresh(code, env, who))
+        rows = []
+        anchor = statistics.median(sum(r) for r in runs["numba"])
+        for target in FRESH_TARGETS:
+            total = statistics.median(sum(r) for r in runs[target])
+            rows.append({
+                "measure": "import + first call, warm cache", "kernel": FRESH_KERNEL, "dtype": "float64",
+                "n": FRESH_N, "target": target, "unit": "s", "gpufuncs": total, "numba": anchor,
+                "gpufuncs/numba": total / anchor,
+                "gpufuncs import": statistics.median(r[0] for r in runs[target]),
+                "gpufuncs first call": statistics.median(r[1] for r in runs[target]),
+                "numba import": statistics.median(r[0] for r in runs["numba"]),
+                "numba first call": statistics.median(r[1] for r in runs["numba"]),
+                "processes": repeat})
+    return rows + memory_rows(repeat)
+
+
+#: A fresh process: the resident memory (``/proc/self/statm``) that defining one user kernel
+#: and its first call add, after ``import`` and after a first call of another kernel (so that
+#: what every process pays once, Numba's compiler set up and the library's first call, is not
+#: the kernel's). argv: ``gpufuncs`` or ``numba``, and the kernel's module.
+_MEMORY = """
+import gc, importlib, os, sys
+import numpy as np
+def resident():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+x = np.linspace(-3, 3, {n})
+options = {{"target": "cpu"}} if sys.argv[1] == "gpufuncs" else {{}}
+importlib.import_module(f"fresh_first_{{sys.argv[1]}}").first(x, x, **options)
+gc.collect()
+before = resident()
+kernel = importlib.import_module(sys.argv[2]).kernel
+kernel(x, 0.0, 1.0, **options)
+gc.collect()
+print((resident() - before) / 2**20)
+"""
+
+_FIRST = {"gpufuncs": "import gpufuncs as gf\n\n\n@gf.ufunc(gf.float_signatures(2))\n"
+                      "def first(x, y):\n    return x * y + gf.as_type(1, x)\n",
+          "numba": "import numba\n\n\n@numba.vectorize(['float32(float32, float32)', "
+                   "'float64(float64, float64)'], cache=True)\ndef first(x, y):\n    return x * y + 1\n"}
+
+
+def memory_rows(repeat: int) -> list[dict[str, Any]]:
+    """MB resident that one user kernel adds with its definition and first call (on 10^3
+    float64, ``cpu``), in a fresh process (see :data:`_MEMORY`): the built-in ``gaussian``'s
+    body as a user's module, under ``@gf.ufunc`` and under Numba's ``@vectorize(cache=True)``
+    with the same signatures (Numba compiles both when the module is imported; gpufuncs the
+    float64 loop at the call). ``warm cache``: loaded from the disk cache an earlier process
+    filled; ``cold cache``: compiled in the process (an empty cache folder each time; the first
+    kernel is compiled too, before the figure starts). Median of ``repeat`` processes each,
+    alternating."""
+    if not Path("/proc/self/statm").exists():
+        return []
+    decorators = {"gpufuncs": "@gf.ufunc(SIGNATURES)", "numba": "@numba.vectorize(SIGNATURES, cache=True)"}
+    found: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        env, code = _fresh_env(folder), _MEMORY.format(n=MEMORY_N)
+
+        def module(who: str, name: str) -> str:
+            Path(folder, f"{name}.py").write_text(numba_source(FRESH_KERNEL, "kernel", decorators[who]))
+            return name
+
+        for who, text in _FIRST.items():
+            Path(folder, f"fresh_first_{who}.py").write_text(text)
+            _run_fresh(code, env, who, module(who, f"fresh_warm_{who}"))  # fills the cache
+        for i in range(repeat):
+            for who in decorators:
+                # cold: an empty cache (gpufuncs finds a kernel's loops by what they compile
+                # from, wherever its module lives; Numba by the module's path)
+                cold = {**env, "NUMBA_CACHE_DIR": os.path.join(folder, f"cold-{who}-{i}")}
+                for cache, where in (("warm", env), ("cold", cold)):
+                    found.setdefault((who, cache), []).append(
+                        _run_fresh(code, where, who, f"fresh_warm_{who}")[-1])
+    rows = []
+    for cache in ("warm", "cold"):
+        mine, anchor = (statistics.median(found[who, cache]) for who in decorators)
+        rows.append({"measure": f"memory of one user kernel, {cache} cache", "kernel": f"user {FRESH_KERNEL}",
+                     "dtype": "float64", "n": MEMORY_N, "target": "cpu", "unit": "MB", "gpufuncs": mine,
+                     "numba": anchor, "gpufuncs/numba": mine / anchor, "processes": repeat})
+    return rows
+
+
+def fresh_steps(quick: bool = False) -> list[Step]:
+    """The fresh-process rows (:func:`fresh_rows`) as one step: about a minute on 2 cores."""
+    return [("fresh processes: first call and one kernel's memory", lambda: fresh_rows(quick))]
+
+
+def fresh_verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The issue's goals for the fresh-process rows, each with its figures."""
+    found = {}
+    for r in rows:
+        limit = FRESH_LIMIT if r["unit"] == "s" else MEMORY_LIMIT
+        met = r["gpufuncs/numba"] <= limit
+        what = (f"{r['measure']} {r['kernel']} n={r['n']:.0e} {r['target']}"
+                if r["unit"] == "s" else f"{r['measure']} n={r['n']:.0e}")
+        found[f"fresh: {what}, gpufuncs/numba"] = (
+            f"{r['gpufuncs/numba']:.2f} (<= {limit}) {'met' if met else 'NOT MET'} "
+            f"[{r['gpufuncs']:.3g} {r['unit']} against {r['numba']:.3g} {r['unit']}]")
+    return found
+
+
+def fresh_meta(rows: list[dict[str, Any]], load_before: float) -> dict[str, Any]:
+    """Machine, load and the verdicts of the fresh-process table."""
+    meta = machine_info({"load average (1 min) before": load_before,
+                         "unit": "seconds (s) or MB resident, per row"})
+    meta.update(fresh_verdicts(rows))
+    meta["load average (1 min) after"] = os.getloadavg()[0]
+    return meta
 
 
 def verdicts(main: list[dict[str, Any]], overhead: list[dict[str, Any]],

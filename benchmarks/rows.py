@@ -5,7 +5,8 @@ a column per target; :mod:`figures` reads them). :func:`long_rows` turns them in
 carry one figure with everything it needs to be read alone:
 
 ``suite``
-    ``cpu``, ``overhead``, ``crossover``, ``gpu``, ``gpu small``, ``compose`` or ``compose gpu``.
+    ``cpu``, ``overhead``, ``crossover``, ``gpu``, ``gpu small``, ``compose``, ``compose gpu`` or
+    ``fresh`` (a fresh process: import + first call, its ``median_s`` a median over processes).
 ``kernel``, ``target``, ``dtype``, ``n``, ``outputs``
     ``n`` samples, ``outputs`` elements written (``hermite_norm``: 32 per sample).
 ``data``, ``call``
@@ -40,7 +41,7 @@ import gpufuncs as gf
 CPU_TARGETS = ("cpu", "parallel", "auto")
 ANCHORS = ("x_numpy", "x_scipy", "x_numba", "x_copy", "x_cupy", "x_copy_pipelined",
            "x_cupy_pipelined", "x_pinned")
-TABLE_SUFFIXES = ("", "_overhead", "_crossover", "_small", "_compose")
+TABLE_SUFFIXES = ("", "_overhead", "_crossover", "_small", "_compose", "_fresh")
 
 
 def load_tables(name: str, directory: Path) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
@@ -161,9 +162,17 @@ def gpu_compose_rows(table: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             for r in table for label, kernel in COMPOSE_KERNELS.items()]
 
 
+def fresh_rows(table: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fresh-process table's timed rows (import + first call, in seconds) against Numba's
+    ``@vectorize``; its memory rows (MB) have no time to give, and are in the targets only."""
+    return [{**_row("fresh", r["kernel"], r["target"], r["dtype"], r["n"], "host", "import + first call",
+                    r["gpufuncs"], x_numba=r["gpufuncs/numba"]), "GB_per_s": None}
+            for r in table if r["unit"] == "s"]
+
+
 CONVERTERS = {"cpu": cpu_rows, "cpu_overhead": overhead_rows, "cpu_crossover": crossover_rows,
               "gpu": gpu_rows, "gpu_small": small_rows, "cpu_compose": compose_rows,
-              "gpu_compose": gpu_compose_rows}
+              "gpu_compose": gpu_compose_rows, "cpu_fresh": fresh_rows}
 
 
 def long_rows(tables: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -472,3 +472,17 @@ def test_a_tiny_real_run_flags_a_made_up_regression_and_writes_nothing(tmp_path)
     assert "overhead: median time per call (data host)" in proc.stdout
     assert sum(line.startswith("  REGRESSION  overhead  exp") for line in proc.stdout.splitlines()) == 6
     assert "6 regression(s) beyond 25%: exit status 1 (--fail-on-regression)" in proc.stdout
+
+
+def test_the_fresh_rows_numba_anchor_is_the_kernels_own_body():
+    """The fresh-process rows' anchor (``--suite fresh``) is gaussian's body under Numba's
+    ``@vectorize``, its ``as_type`` constants as floats: it computes what the kernel does."""
+    source = bench_cpu.numba_source("gaussian", "kernel", "@numba.vectorize(SIGNATURES)")
+    assert "as_type" not in source and "gpufuncs" not in source
+    namespace: dict = {}
+    exec(compile(source, "<fresh anchor>", "exec"), namespace)
+    x = np.concatenate([np.linspace(-40, 40, 1001), [np.inf, -np.inf, np.nan, 1e308, -1e308]])
+    for x0, sigma in ((0.0, 1.0), (0.5, 1.5), (1.0, 1e-300), (0.0, -1.0), (0.0, np.nan)):
+        with np.errstate(all="ignore"):
+            got, want = namespace["kernel"](x, x0, sigma), gf.gaussian(x, x0, sigma)
+        np.testing.assert_allclose(got, want, rtol=4 * np.finfo(np.float64).eps, atol=0)
