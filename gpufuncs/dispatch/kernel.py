@@ -367,7 +367,7 @@ class Kernel:
             infos.append(info)
             values.append(converted)
         if spec.lazy:
-            spec = self._learn([a.dtype for a in infos], call)
+            spec = self.learn_loop([a.dtype for a in infos], call.dtype, call.casting)
         outs = None if call.outs is None else [None if o is None else describe_out(spec, o)
                                                for o in call.outs]
         where, mask = where_arg(spec, call.where)
@@ -384,11 +384,11 @@ class Kernel:
                                 where is not None and mask is not call.where, fresh)
         return self._keep(key, call.target, resolved)
 
-    def _learn(self, dtypes: list[Any], call: Call) -> KernelSpec:
-        """A lazy kernel's spec, with a loop for ``dtypes`` added where none fits (see
-        :mod:`.lazy`): compiled code and resolved calls of the old spec are dropped."""
+    def learn_loop(self, dtypes: list[Any], dtype: Any = None, casting: str = "same_kind") -> KernelSpec:
+        """A lazy kernel's spec, with a loop for inputs of ``dtypes`` added where none fits
+        (see :mod:`.lazy`): compiled code and resolved calls of the old spec are dropped."""
         with self._compile_lock:
-            if lazy.needs_loop(self.spec, dtypes, call.dtype, call.casting):
+            if lazy.needs_loop(self.spec, dtypes, dtype, casting):
                 loop = lazy.loop_for(self.spec, dtypes)
                 self.spec = dataclasses.replace(self.spec, loops=(*self.spec.loops, loop))
                 self._compiled = {}
@@ -474,7 +474,8 @@ class Kernel:
                 dtypes.append(dtype)
             elif not overrides_array_ufunc(type(value)):  # scalars and arrays, as in any call
                 dtypes.append(describe_input(self.spec, value, i)[0].dtype)
-        if dtypes:
+        # (a lazy kernel's new loop: the override's call adds it)
+        if dtypes and not (self.spec.lazy and lazy.needs_loop(self.spec, dtypes, call.dtype, call.casting)):
             resolve_loop(self.spec, dtypes, call.dtype)
 
     # -- ufunc methods (binary elementwise kernels) --------------------------------------------

@@ -42,6 +42,8 @@ class Kernel(Protocol):
 
     def resolve_loop(self, dtypes: list[Any], dtype: Any = None) -> Any: ...
 
+    def learn_loop(self, dtypes: list[Any], dtype: Any = None) -> Any: ...
+
     def compiled(self, target: str) -> Any: ...
 
 NO_VALUE: Any = np._NoValue  # NumPy's own "not given" marker for ``initial``
@@ -122,6 +124,8 @@ def _host_loop(kernel: Kernel, dtype: np.dtype, requested: Any) -> tuple[np.dtyp
     if dtype.kind not in "biufc":
         raise TypeError(f"{kernel.__name__}: unsupported dtype {dtype} for the input; "
                         f"loops: {', '.join(kernel.types)}")
+    if kernel.spec.lazy:  # the loop a call with two such inputs adds
+        kernel.learn_loop([dtype, dtype], requested)
     found = kernel.resolve_loop([dtype, dtype], requested)
     loop, result = found.compiled.inputs[0], found.outputs[0]
     if not np.can_cast(dtype, result, "same_kind"):
@@ -301,6 +305,8 @@ def _in_pieces_loop(kernel: Kernel, array: Any, dtype: Any) -> np.dtype | None:
     raise or change the dtype between their inputs and their output."""
     if not isinstance(array, np.ndarray) and library_of(type(array)) != "cupy":
         return None
+    if kernel.spec.lazy:
+        kernel.learn_loop([array.dtype, array.dtype], dtype)
     loop = kernel.resolve_loop([array.dtype, array.dtype], dtype)
     if loop.runs is None and loop.inputs == (loop.outputs[0],) * 2:
         return loop.outputs[0]
