@@ -19,6 +19,7 @@ from .errors import (
     TargetUnavailableError,
 )
 from .fuse import Fused, fuse
+from .fuse.declared import ReductionKernel, reduction
 from .registry import float_signatures, get, gufunc, names, registry, ufunc
 from .scalar import as_type, muladd
 from .spec import Benchmark, CupyFormula, Tolerance
@@ -65,6 +66,7 @@ __all__ = [
     "Kernel",
     "KernelCompileError",
     "KernelDefinitionError",
+    "ReductionKernel",
     "TargetUnavailableError",
     "Tolerance",
     "__version__",
@@ -80,6 +82,7 @@ __all__ = [
     "hermite_norm",
     "muladd",
     "names",
+    "reduction",
     "registry",
     "set_auto_parallel_min_size",
     "ufunc",

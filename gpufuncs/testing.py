@@ -14,7 +14,9 @@ theirs:
   :func:`edge_grid` (every combination of the inputs' edge values) first, and checks that the
   targets agree with each other.
 - :func:`check_fused` does the same for a fused function (:func:`gpufuncs.fuse`), whose
-  reference is itself run eagerly with NumPy (see :mod:`gpufuncs.testing_fused`).
+  reference is itself run eagerly with NumPy (see :mod:`gpufuncs.testing_fused`), and
+  :func:`check_reduction` for a reduction kernel (:func:`gpufuncs.reduction`), against its
+  parts run one after the other.
 
 Models: SciPy's ``FuncData`` (per-dtype tolerances, separate NaN/inf placement checks, reports
 of the worst points) and numba-scipy (one registry drives every test). Hypothesis is imported
@@ -48,7 +50,7 @@ from hypothesis.extra.numpy import arrays, mutually_broadcastable_shapes
 from .dispatch import Kernel
 from .registry import get_kernel
 from .spec import KernelSpec, Tolerance
-from .testing_fused import assert_like_eager, check_fused
+from .testing_fused import assert_like_eager, check_fused, check_reduction
 from .testing_layouts import memory_layouts, resolve_targets
 from .testing_loops import check_loop, is_exact_loop, shape_signature
 
@@ -58,6 +60,7 @@ __all__ = [
     "check_agreement",
     "check_fused",
     "check_kernel",
+    "check_reduction",
     "compare",
     "edge_grid",
     "edge_values",

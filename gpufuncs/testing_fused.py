@@ -22,7 +22,7 @@ from hypothesis.extra import numpy as hnp
 
 from .testing_layouts import memory_layouts, resolve_targets
 
-__all__ = ["assert_like_eager", "check_fused"]
+__all__ = ["assert_like_eager", "check_fused", "check_reduction"]
 
 
 def check_fused(
@@ -80,6 +80,121 @@ def check_fused(
     check.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
         f"{getattr(fused, '__qualname__', fused)}/{','.join(names)}/{ulps}".encode())
     check()
+
+
+def check_reduction(
+    kernel: Any,
+    *like: Any,
+    targets: str | Iterable[str] = "available",
+    ulps: int = 0,
+    max_examples: int | None = None,
+    shapes: st.SearchStrategy[hnp.BroadcastableShapes] | None = None,
+) -> None:
+    """Property-test a reduction kernel (:func:`gpufuncs.reduction`) against the same
+    reduction run eagerly (:meth:`~gpufuncs.ReductionKernel.eager`), on every target.
+
+    Arguments are drawn as by :func:`check_fused`, with an ``axis`` (all, the last, the first and
+    the last) and ``keepdims``. The reduction before its finishing step is checked: integers,
+    booleans and NumPy's ``maximum``/``minimum`` bit for bit, sums within NumPy's own summation
+    error, other combines within ``ulps`` (the order of combination is the reduction's own);
+    and the result is the finish applied to it, bit for bit.
+
+    Parameters
+    ----------
+    kernel : gpufuncs.ReductionKernel
+        The reduction kernel.
+    *like : array or scalar
+        Example arguments, as for :func:`check_fused`.
+    targets : "available" or iterable of str
+        Targets to test; ``"available"`` means :func:`gpufuncs.available_targets`.
+    ulps : int
+        Accepted distance of a floating reduction by a combine other than ``np.add``,
+        ``np.maximum``, ``np.minimum`` from the eager one, in units in its last place.
+    max_examples : int, optional
+        Hypothesis examples; default: the active Hypothesis profile's.
+    shapes : strategy of BroadcastableShapes, optional
+        The arrays' shapes; default: up to 2 dimensions of up to 5.
+
+    Raises
+    ------
+    AssertionError
+        On the first (shrunk) disagreement.
+    """
+    names = resolve_targets(targets, "check_reduction")
+    arrays = [i for i, a in enumerate(like) if isinstance(a, np.ndarray)]
+    shapes = shapes or hnp.mutually_broadcastable_shapes(num_shapes=max(1, len(arrays)), max_dims=2,
+                                                          max_side=5)
+    options: dict[str, Any] = {"deadline": None,
+                               "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+    if max_examples is not None:
+        options["max_examples"] = max_examples
+
+    @settings(**options)
+    @given(data=st.data())
+    def check(data: st.DataObject) -> None:
+        drawn = data.draw(shapes, label="shapes")
+        args = [data.draw(_like(a, drawn.input_shapes[arrays.index(i)] if i in arrays else ()),
+                          label=f"argument {i}") for i, a in enumerate(like)]
+        ndim = len(drawn.result_shape)
+        axis = data.draw(st.sampled_from([None, *([-1, (0, -1)] if ndim >= 2 else [-1] * ndim)]),
+                         label="axis")
+        keepdims = data.draw(st.booleans(), label="keepdims")
+        for target in names:
+            assert_like_eager_reduction(kernel, args, axis, keepdims, target, ulps)
+
+    check.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
+        f"{kernel.__name__}/{','.join(names)}/{ulps}".encode())
+    check()
+
+
+def assert_like_eager_reduction(kernel: Any, args: Sequence[Any], axis: Any, keepdims: bool,
+                                target: str, ulps: int = 0) -> None:
+    """Check one call of a reduction kernel on ``target`` against its eager run (see
+    :func:`check_reduction`)."""
+    where = f"{kernel.__name__}(axis={axis!r}, keepdims={keepdims}) on {target!r}"
+    try:
+        with np.errstate(all="ignore"):
+            want = kernel.eager(*args, axis=axis, keepdims=keepdims, finish=False)
+    except (ArithmeticError, ValueError, TypeError) as exc:  # NumPy's: the call raises it too
+        try:
+            with np.errstate(all="ignore"):
+                kernel(*args, axis=axis, keepdims=keepdims, target=target)
+        except type(exc):
+            return
+        raise AssertionError(f"{where}: did not raise {type(exc).__name__} ({exc}), as eagerly") from None
+    with np.errstate(all="ignore"):
+        got = kernel.reduced(*args, axis=axis, keepdims=keepdims, target=target)
+        final = kernel(*args, axis=axis, keepdims=keepdims, target=target)
+    got, want = _host(got), np.asarray(want)
+    assert (got.dtype, got.shape) == (want.dtype, want.shape), \
+        f"{where}: {got.dtype} {got.shape}, eagerly {want.dtype} {want.shape}"
+    combine = kernel.combine
+    if want.dtype.kind in "fc" and combine is np.add:
+        with np.errstate(all="ignore"):
+            values = kernel.values(*args)
+        from .fuse.reduction import Reduction
+
+        axes = None if axis is None else tuple(np.atleast_1d(axis))
+        reduction = Reduction("sum", 0, axes, keepdims, want.dtype)
+        _assert_reduced(got, want, reduction, values, 0, f"{where} (sum)")
+    elif want.dtype.kind == "c":
+        _assert_close(got.real, want.real, ulps, f"{where} (real part)")
+        _assert_close(got.imag, want.imag, ulps, f"{where} (imaginary part)")
+    else:
+        exact = combine is np.maximum or combine is np.minimum or want.dtype.kind != "f"
+        _assert_close(got, want, 0 if exact else ulps, where)
+    with np.errstate(all="ignore"):
+        finished = _host(kernel.finished(got))
+    _assert_close(_host(final), finished, 0, f"{where}, finished")
+
+
+def _host(value: Any) -> np.ndarray:
+    """A result as a NumPy array (device arrays copied to the host)."""
+    if hasattr(value, "copy_to_host"):
+        return value.copy_to_host()
+    if hasattr(value, "get"):  # CuPy
+        return value.get()
+    return np.asarray(value)
 
 
 def assert_like_eager(fused: Any, args: Sequence[Any], target: str, ulps: int = 0) -> None:

@@ -30,7 +30,8 @@ if not SIMULATED:
                for name in ("test_multigpu.py", "test_cuda_views.py", "test_cuda_axes.py",
                             "test_types.py", "test_lazy.py", "test_several_outputs.py",
                             "test_boundscheck.py", "test_complex.py",
-                            "test_errstate.py", "test_fuse.py", "test_fuse_reduce.py"))],
+                            "test_errstate.py", "test_fuse.py", "test_fuse_reduce.py",
+                            "test_reduction_kernels.py"))],
             env=env, capture_output=True, text=True, timeout=300,
         )
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

@@ -84,9 +84,7 @@ class Fused:
         options = {k: kwargs.pop(k) for k in _CALL_KEYWORDS & kwargs.keys()}
         if kwargs or len(args) != self._nargs:
             args = tuple(self._signature.bind(*args, **kwargs).arguments.values())  # TypeError as Python's
-        found = self._compiled_for(args)
-        for index, dtype in found.int_checks:
-            _check_int(args[index], dtype)
+        found = self.checked(args)
         if found.reductions:
             return _reduce(found.reductions, args, options)
         if len(found.parts) == 1 and len(found.parts[0].arguments) == len(args):
@@ -106,6 +104,13 @@ class Fused:
             for k, value in zip(part.positions, computed):
                 results[k] = value
         return results[0] if found.nout == 1 else tuple(results)
+
+    def checked(self, args: tuple[Any, ...]) -> _Compiled:
+        """What a call with ``args`` runs, its Python int arguments checked as NumPy checks them."""
+        found = self._compiled_for(args)
+        for index, dtype in found.int_checks:
+            _check_int(args[index], dtype)
+        return found
 
     def _compiled_for(self, args: tuple[Any, ...]) -> _Compiled:
         """What calls with arguments of ``args``' dtypes run (traced on the first such call)."""

@@ -140,19 +140,22 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     ``columns``: the body of ``(m,k)->(k)`` instead (see :func:`_columns`)."""
     acc, name = reduction.dtype, reduction.name
     mapped = numba.njit(scalar_function(trace, like, arguments, (reduction.symbol,)))
+    start = reduction.start if name == "reduce" else _initial(name, acc)
     scope = {"mapped": mapped, "math": math, "np": np, **HELPERS, **_CASTS, **COMPENSATED,
-             "k_init": acc.type(_initial(name, acc)), "k_type": acc.type,
+             "combine": reduction.combine, "k_init": acc.type(start), "k_type": acc.type,
              "k_wide": (np.complex128 if acc.kind == "c" else np.float64)(0), "__name__": like.__module__}
     params = [f"a{i}" for i in arguments]
     first = params[arrays.index(True)]
     # Indices as unsigned integers: a signed index is tested for wrapping around (NumPy's
     # negative indices) at every load, and that branch keeps the loops from vectorizing.
     value = f"mapped({', '.join(f'{p}[ui, uj]' if a else p for p, a in zip(params, arrays))})"
-    cast = f"({value}) != 0" if name in ("any", "all") else f"t_{acc.name}({value})"
+    cast = f"({value}) != 0" if name in ("any", "all") or acc.kind == "b" else f"t_{acc.name}({value})"
     loops = [f"    for i in range({first}.shape[0]):", "        ui = t_uint64(i)",
              f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)"]
     if columns:
         lines = _columns(name, acc, cast, first)
+    elif blocked and name == "reduce":
+        lines = _pairwise(acc, cast, first, loops)
     elif blocked and name in ("min", "max"):
         lines = _extreme_in_lanes(name, cast, first, loops)
     elif name in ("sum", "mean") and acc.kind in "fc":
@@ -170,7 +173,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
 
 #: Each reduction's step, of the running value ``s`` and the next value ``v``.
 _COMBINE = {"sum": "{s} + v", "mean": "{s} + v", "prod": "t_{acc}({s} * v)", "min": "minimum({s}, v)",
-            "max": "maximum({s}, v)", "any": "{s} | v", "all": "{s} & v"}
+            "max": "maximum({s}, v)", "any": "{s} | v", "all": "{s} & v",
+            "reduce": "t_{acc}(combine({s}, v))"}
 
 
 def _columns(name: str, acc: np.dtype, cast: str, first: str) -> list[str]:
@@ -202,6 +206,26 @@ def _blocks(cast: str, first: str, loops: list[str]) -> list[str]:
             "            for k in range(m):", "                uj = t_uint64(j0 + k)",
             f"                buf[t_uint64(k)] = {cast}",
             f"            for k in range(m, {BLOCK}):", "                buf[t_uint64(k)] = k_init"]
+
+
+def _pairwise(acc: np.dtype, cast: str, first: str, loops: list[str]) -> list[str]:
+    """A host reduction by a combining kernel, in NumPy's pairwise order: each block (see
+    :func:`_blocks`) combined in halves (a loop over contiguous values, which vectorizes
+    where the kernel does), and the blocks' values in a binary cascade: every value goes
+    through about ``log2(n)`` combinations, as in NumPy's pairwise summation, not ``n``."""
+    step = _COMBINE["reduce"].format(acc=acc.name, s="{a}")
+    halves = [f"            half = {BLOCK // 2}", "            while half:",
+              "                for k in range(half):", "                    uk = t_uint64(k)",
+              "                    v = buf[uk + half]",
+              "                    buf[uk] = " + step.format(a="buf[uk]"), "                half >>= 1"]
+    return ["    stack = np.empty(64, k_type)", "    blocks = 0", *_blocks(cast, first, loops),
+            *halves, "            v = buf[0]", "            level = 0", "            count = blocks",
+            "            while count & 1:", "                v = " + step.format(a="stack[level]"),
+            "                level += 1", "                count >>= 1",
+            "            stack[level] = v", "            blocks += 1",
+            "    s = k_init", "    level = 0", "    while blocks:", "        if blocks & 1:",
+            "            v = s", "            s = " + step.format(a="stack[level]"),
+            "        level += 1", "        blocks >>= 1", "    out[0] = s"]
 
 
 def _extreme_in_lanes(name: str, cast: str, first: str, loops: list[str]) -> list[str]:

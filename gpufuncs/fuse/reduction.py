@@ -13,6 +13,7 @@ rows instead (:meth:`ReducingPart._columns`), in NumPy's own order for it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import operator
@@ -26,6 +27,7 @@ import numpy as np
 
 from ..dispatch import Kernel
 from ..dispatch.args import describe
+from ..dispatch.lazy import loop_for, needs_loop
 from ..dispatch.pieces import cut, in_pieces
 from ..spec import KernelSpec, parse_layout, parse_loop
 from ..targets.base import DEVICE, library_of
@@ -51,10 +53,14 @@ def _any_like(a, axis=None, out=None, keepdims=False, *, where=_ABSENT):
     pass
 
 
-_PARAMETERS = {"sum": _sum_like, "prod": _sum_like, "min": _min_like, "max": _min_like,
-               "mean": _mean_like, "any": _any_like, "all": _any_like}
-#: The reductions a fused function may end with, by name.
-REDUCTIONS = tuple(_PARAMETERS)
+def _reduce_like(a, axis=0, dtype=None, out=None, keepdims=False, initial=_ABSENT, where=_ABSENT):
+    pass
+
+
+_PARAMETERS = {"reduce": _reduce_like, "sum": _sum_like, "prod": _sum_like, "min": _min_like,
+               "max": _min_like, "mean": _mean_like, "any": _any_like, "all": _any_like}
+#: The reductions a fused function may end with, by name (as methods and NumPy's functions).
+REDUCTIONS = tuple(name for name in _PARAMETERS if name != "reduce")
 #: NumPy's functions of them.
 FUNCTIONS: dict[Any, str] = {np.sum: "sum", np.prod: "prod", np.min: "min", np.amin: "min",
                              np.max: "max", np.amax: "max", np.mean: "mean", np.any: "any",
@@ -66,17 +72,22 @@ UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "min": np.minimum,
 
 @dataclass(frozen=True)
 class Reduction:
-    """``np.<name>`` of symbol ``symbol`` over ``axis`` (``None``: all), accumulated in ``dtype``."""
+    """``np.<name>`` of symbol ``symbol`` over ``axis`` (``None``: all), accumulated in ``dtype``;
+    or, named ``"reduce"``, a reduction by ``combine`` (a binary kernel of ``dtype``'s loop,
+    see :func:`combining`) starting from its identity ``start``."""
 
     name: str
     symbol: int
     axis: tuple[int, ...] | None
     keepdims: bool
     dtype: np.dtype
+    combine: Kernel | None = None
+    start: Any = None
 
     @property
-    def ufunc(self) -> np.ufunc:
-        return UFUNCS[self.name]
+    def ufunc(self) -> Any:
+        """What reduces partial results: NumPy's ufunc, or the combining kernel."""
+        return self.combine if self.combine is not None else UFUNCS[self.name]
 
 
 class _NoAttribute(Unfusable, AttributeError):
@@ -117,6 +128,82 @@ def bind(name: str, args: tuple[Any, ...],
             hint = " (give out= to the fused call)" if keyword == "out" else ""
             raise Unfusable(f"{name}({keyword}=...) is not fused{hint}")
     return given["a"], _axis(given["axis"]), bool(given["keepdims"]), given.get("dtype")
+
+
+# -- reductions by a binary function (``np.hypot.reduce``, ``kernel.reduce``, reduction kernels) ---------
+#: NumPy's ufuncs whose ``reduce`` is one of the named reductions (the same dtypes, axes, empty rule).
+NAMED = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.minimum: "min",
+         np.logical_or: "any", np.logical_and: "all"}
+
+
+def _bitwise_and(a, b):
+    return a & b
+
+
+def _bitwise_or(a, b):
+    return a | b
+
+
+def _bitwise_xor(a, b):
+    return a ^ b
+
+
+def _logical_xor(a, b):
+    return (a != 0) != (b != 0)
+
+
+def _hypot(a, b):
+    return math.hypot(a, b)
+
+
+#: NumPy's associative ufuncs (an identity, any order of combination gives the value) that a
+#: fused reduction combines with, as scalar functions; their loops are NumPy's.
+ASSOCIATIVE = {np.bitwise_and: _bitwise_and, np.bitwise_or: _bitwise_or, np.bitwise_xor: _bitwise_xor,
+               np.logical_xor: _logical_xor, np.hypot: _hypot}
+
+
+def combining(combine: Any, values: np.dtype, requested: Any) -> tuple[Kernel, np.dtype, Any]:
+    """The combining kernel, accumulation dtype and start (the identity, of that dtype) of a
+    reduction of values of dtype ``values`` by ``combine``: a binary gpufuncs kernel with an
+    identity, or one of NumPy's :data:`ASSOCIATIVE` ufuncs. ``requested``: ``dtype=``.
+
+    The values are combined in an order of the reduction's own (pieces, then pairs), which
+    gives the ufunc's value when it is associative and commutative, as NumPy's ``reduce``
+    over several axes (and CuPy's ``ReductionKernel``) assume too."""
+    if isinstance(combine, np.ufunc):
+        if combine not in ASSOCIATIVE:
+            raise Unfusable(f"np.{combine.__name__}.reduce is not fused (fused: the reductions of "
+                            f"{', '.join(f'np.{u.__name__}' for u in (*NAMED, *ASSOCIATIVE))})")
+        acc = np.asarray(combine.reduce(np.zeros(1, values), dtype=requested)).dtype  # NumPy's TypeError
+        return _numpy_combining(combine, acc), acc, np.asarray(combine.identity).astype(acc)[()]
+    spec = combine.spec
+    if spec.is_gufunc or spec.nin != 2 or spec.nout != 1:
+        raise Unfusable(f"{spec.name}.reduce needs a binary elementwise kernel of one output")
+    if spec.identity is None:
+        raise Unfusable(f"{spec.name}.reduce in a fused function needs a kernel with an identity "
+                        "(declare identity=, the value a reduction starts from)")
+    if spec.lazy and needs_loop(spec, [values, values], requested, "same_kind"):
+        loop = loop_for(spec, [values, values])  # (the call on partial results adds it)
+    else:
+        loop = combine.resolve_loop([values, values], requested)
+    acc = loop.compiled.inputs[0]
+    if not (loop.compiled.inputs[1] == acc == loop.outputs[0]):
+        raise Unfusable(f"{spec.name}.reduce: its loop for {values} ({loop.signature}) "
+                        "does not give values of the type it takes")
+    return combine, acc, np.asarray(spec.identity).astype(acc)[()]
+
+
+@functools.cache
+def _numpy_combining(ufunc: np.ufunc, dtype: np.dtype) -> Kernel:
+    """A kernel of ``ufunc``'s loop for ``dtype``: what the fused reductions call to combine."""
+    from numba.np.numpy_support import from_dtype
+
+    t = from_dtype(dtype)
+    spec = KernelSpec(name=ufunc.__name__, pyfunc=ASSOCIATIVE[ufunc],
+                      loops=(parse_loop(f"{t}({t}, {t})", 2, False),), layout=None, reference=ufunc,
+                      tolerances={}, doc=f"np.{ufunc.__name__} of {dtype}", identity=ufunc.identity,
+                      arg_names=("a", "b"))
+    return Kernel(spec)
 
 
 def _axis(axis: Any) -> tuple[int, ...] | None:
@@ -176,14 +263,18 @@ class ReducingPart:
         #: The elementwise kernel of the values reduced (see ``Fused.reduced``).
         self.values: Kernel | None = None
 
-    def __call__(self, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    def __call__(self, args: tuple[Any, ...], options: dict[str, Any], axis: Any = _ABSENT,
+                 keepdims: bool | None = None) -> Any:
+        """The reduction of a call with ``args``; ``axis`` and ``keepdims``, where given,
+        in place of the traced ones (a reduction kernel's call gives its own)."""
         r = self.reduction
         values = [args[i] for i in self.arguments]
         arrays = tuple(not _is_scalar(v) for v in values)
         if not any(arrays):  # a reduction of scalars: of a 0-d array
             arrays = (True, *arrays[1:])
         shape = np.broadcast_shapes(*(np.shape(v) for v, a in zip(values, arrays) if a))
-        axes = _axes(r.axis, len(shape))
+        axes = _axes(r.axis if axis is _ABSENT else _axis(axis), len(shape))
+        keepdims = r.keepdims if keepdims is None else bool(keepdims)
         kept = [d for d in range(len(shape)) if d not in axes]
         reduced = sorted(axes)
         count = math.prod(shape[d] for d in reduced)
@@ -195,7 +286,8 @@ class ReducingPart:
         on_device = self._on_device(values, options)
         if not on_device and _by_columns(values, arrays, shape, reduced):
             result = self._columns(values, arrays, shape, kept, reduced[0], options)
-            return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)], out)
+            return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)],
+                                keepdims, out)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
         if on_device:
             kernel = self._kernel(arrays, on_device=True)
@@ -205,9 +297,9 @@ class ReducingPart:
         else:
             result = self._host_kernel(operands, arrays)(*operands, **options)
             if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
-                result = r.ufunc.reduce(result, axis=tuple(range(len(kept), len(kept) + len(reduced) - 2)),
-                                        dtype=r.dtype)
-        return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)], out)
+                result = _reduce_trailing(r, result, len(kept))
+        return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)],
+                            keepdims, out)
 
     def _columns(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
                  kept: list[int], axis: int, options: dict[str, Any]) -> Any:
@@ -266,6 +358,8 @@ class ReducingPart:
         if r.name in ("sum", "mean") and r.dtype.kind in "fc":
             wide = np.complex128 if r.dtype.kind == "c" else np.float64
             return parts.sum(axis=axes, dtype=wide).astype(r.dtype)
+        if r.combine is not None:
+            return _reduce_trailing(r, parts, kept)
         method = "sum" if r.name == "mean" else r.name
         return getattr(parts, method)(axis=axes, **({"dtype": r.dtype} if method in ("sum", "prod") else {}))
 
@@ -278,12 +372,12 @@ class ReducingPart:
             return r.dtype.type(complex(math.fsum(values.real), math.fsum(values.imag)))
         return r.ufunc.reduce(values, dtype=r.dtype)
 
-    def _finish(self, result: Any, count: int, kept_shape: list[int], out: Any) -> Any:
+    def _finish(self, result: Any, count: int, kept_shape: list[int], keepdims: bool, out: Any) -> Any:
         """``mean``'s division, ``keepdims``' shape, a scalar for a 0-d result, ``out=``."""
         r = self.reduction
         if r.name == "mean":
             result = _mean(result, count)
-        if r.keepdims:
+        if keepdims:
             result = np.reshape(result, kept_shape)
         if isinstance(result, np.ndarray) and result.ndim == 0:
             result = result[()]
@@ -360,6 +454,15 @@ def _by_columns(values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, .
         return False
     first = _broadcast(next(v for v, a in zip(values, arrays) if a), shape)
     return abs(first.strides[-1]) < abs(first.strides[reduced[0]])
+
+
+def _reduce_trailing(r: Reduction, values: Any, kept: int) -> Any:
+    """``values`` (host or CuPy, ``(*kept, ...)``) reduced over its axes after the ``kept``
+    ones by ``r``'s ufunc, or by its combining kernel over those axes as one (a kernel's
+    ``reduce`` on the GPU takes them so)."""
+    if r.combine is None:
+        return r.ufunc.reduce(values, axis=tuple(range(kept, values.ndim)), dtype=r.dtype)
+    return r.combine.reduce(values.reshape((*values.shape[:kept], -1)), axis=-1, dtype=r.dtype)
 
 
 def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:

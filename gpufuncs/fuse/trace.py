@@ -29,7 +29,7 @@ from ..dispatch.plan import resolve_loop
 from ..errors import FusionError
 from ..spec import HALF, kernel_spec
 from .ops import Unfusable, template
-from .reduction import FUNCTIONS, REDUCTIONS, Reduced, Reduction, accumulated, bind
+from .reduction import FUNCTIONS, NAMED, REDUCTIONS, Reduced, Reduction, accumulated, bind, combining
 
 #: Python scalars: weak in NEP 50 (``bool`` is no weaker than ``np.bool_``: it is taken as that).
 WEAK = (int, float, complex)
@@ -94,9 +94,12 @@ class Symbol:
         return self._tracer.dtype_of(self)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if method == "reduce":  # NumPy's ufuncs' and gpufuncs kernels' (which defer to this)
+            return self._tracer.reduce_by(ufunc, inputs, kwargs)
         if method != "__call__":
             raise Unfusable(f"np.{ufunc.__name__}.{method} is not fused (elementwise calls are, and "
-                            f"the reductions {', '.join(REDUCTIONS)} at the end of the function)")
+                            f"the reductions {', '.join(REDUCTIONS)} and reduce at the end of the "
+                            "function)")
         return self._tracer.apply(ufunc, inputs, kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
@@ -280,6 +283,25 @@ class _Tracer:
         if dtype == HALF or dtype.kind not in "biufc":
             raise Unfusable(f"{name}() in dtype {dtype} is not fused")
         return Reduced(Reduction(name, operand.index, axis, keepdims, dtype))
+
+    def reduce_by(self, combine: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Reduced:
+        """``combine.reduce(operand, **kwargs)`` (NumPy's ufunc or a gpufuncs kernel): one of the
+        named reductions where NumPy's is one (``np.add.reduce`` is ``np.sum``, its axis 0
+        by default), else a reduction by ``combine`` (see :func:`.reduction.combining`)."""
+        kwargs = {"axis": 0, **kwargs}  # (ufunc.reduce's default, where np.sum's is all axes)
+        if combine in NAMED:
+            return self.reduce(NAMED[combine], inputs, kwargs)
+        operand, axis, keepdims, given = bind("reduce", inputs, kwargs)
+        name = getattr(combine, "__name__", repr(combine))
+        if not isinstance(operand, Symbol) or operand.index in self.weak:
+            raise Unfusable(f"{name}.reduce of a value that is not an array computed from the "
+                            "arguments is not fused")
+        if kernel_spec(combine) is None and not isinstance(combine, np.ufunc):
+            raise Unfusable(f"{name}.reduce is not fused")
+        found, dtype, start = combining(combine, self.dtype_of(operand), given)
+        if dtype == HALF or dtype.kind not in "biufc":
+            raise Unfusable(f"{name}.reduce in dtype {dtype} is not fused")
+        return Reduced(Reduction("reduce", operand.index, axis, keepdims, dtype, found, start))
 
     def _where(self, condition: Any, a: Any, b: Any) -> Symbol:
         # np.where's result dtype: np.result_type of the two values (weak scalars as values).
