@@ -73,6 +73,11 @@ RATIO_TABLES = (
     ("gpu-h100_reduce", "A user kernel's reduce (a + b, float32) on CuPy arrays, H100: in pieces, against "
      "cp.sum(x), and the pairwise tree of launches other device arrays take", "reduce/cp.sum sync",
      "cp.sum(x), call + synchronize"),
+    ("cpu_fresh", "A fresh process, 2-core CI machine: import + the first gaussian call at 10^6 float64 with "
+     "a warm disk cache (s), and the memory one user kernel's definition and first call add, after a "
+     "first other kernel, with a warm and a cold cache (MB resident); medians of fresh processes, beside "
+     "Numba's @vectorize(cache=True) of the same body", "gpufuncs/numba",
+     "Numba's import, load and first call", {"unit": "s"}),
 )
 
 INTRO = """\
@@ -98,7 +103,8 @@ flags those worse by more than 25% (`--threshold`; `--fail-on-regression` exits 
 `--json PATH`, `--plot DIR` and `--save DIR` keep the run. The committed results are full runs
 saved with `--save`, which writes `benchmarks/results/`: `python -m benchmarks --suite cpu
 --suite overhead --save` on the 2-core machine, `--name cpu-16core --large` on the 16-core host,
-`--suite gpu --save` on the H100, `--suite compose --save` (and `compose_gpu`), and each script
+`--suite gpu --save` on the H100, `--suite compose --save` (and `compose_gpu`), `--suite fresh
+--save` (fresh processes: the first call and one kernel's memory), and each script
 with its own `--save`: `python -m benchmarks.bench_types`, `bench_fpflags` and `bench_fuse`
 (`--gpu` for the GPU's files, `--loglik` for the fused reduction), `bench_reduce_gpu` (on the
 GPU), `python benchmarks/bench_vecmath.py`, `bench_dask.py` and
