@@ -1,9 +1,11 @@
-"""A user kernel's ``reduce`` on the GPU against ``cupy.sum`` (issue 31: an add kernel at 10^8).
+"""A user kernel's ``reduce`` on the GPU against ``cupy.sum`` (issue 31: an add kernel at 10^8),
+and a reduction kernel against CuPy's ``ReductionKernel``.
 
-``add.reduce(x)`` of a gpufuncs kernel ``a + b`` on a CuPy array (in pieces, see
-``gpufuncs.dispatch.pieces``) against ``cp.sum(x)`` (CUB), float32, call + synchronize and
-pipelined, as ratios of interleaved repetitions (µs per call besides); and the time of the
-pairwise tree of launches that device arrays other than CuPy's take (``methods._tree``).
+``add.reduce(x)`` of a gpufuncs kernel ``a + b`` on a CuPy array (one launch, see
+``gpufuncs.targets.cuda.single_pass``) against ``cp.sum(x)`` (CUB), float32, call + synchronize
+and pipelined, as ratios of interleaved repetitions (µs per call besides); the time of the
+pairwise tree of launches that device arrays other than CuPy's take (``methods._tree``); and
+the norm ``gf.reduction(x * x, np.add, finish=sqrt)`` against ``cp.ReductionKernel`` of the same.
 
 Run on a GPU machine: ``python -m benchmarks.bench_reduce_gpu``; ``--save`` writes
 ``benchmarks/results/<name>_reduce.{json,txt}`` (``--name``, default ``gpu``).
@@ -30,6 +32,11 @@ def add(a, b):
     return a + b
 
 
+@gf.reduction(combine=np.add, identity=0.0, finish=np.sqrt)
+def l2norm(x):
+    return x * x
+
+
 def rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
     import cupy as cp
 
@@ -46,12 +53,25 @@ def rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
         # the pairwise tree of launches that device arrays other than CuPy's still take
         in_tree = functools.partial(_tree, add, x, 0, {"target": "cuda"}, True)
         tree = measure(in_tree, sync=sync, repeat=repeat)
+        norm, cupy_norm = functools.partial(l2norm, x), functools.partial(_cupy_norm(), x)
+        norms = measure_pair(norm, cupy_norm, sync=sync, repeat=repeat)
+        norms_piped = measure_pair(norm, cupy_norm, sync=sync, warmup=5, repeat=batch_repeat, inner=PIPELINE)
         found.append({"n": n, "reduce sync us": round(1e6 * each[0], 2), "tree sync us": round(1e6 * tree, 2),
                       "cp.sum sync us": round(1e6 * each[1], 2),
                       "reduce/cp.sum sync": round(each[0] / each[1], 3),
-                      "reduce/cp.sum pipe": round(piped[0] / piped[1], 3)})
+                      "reduce/cp.sum pipe": round(piped[0] / piped[1], 3),
+                      "l2norm sync us": round(1e6 * norms[0], 2), "cupy RK sync us": round(1e6 * norms[1], 2),
+                      "l2norm/cupy RK sync": round(norms[0] / norms[1], 3),
+                      "l2norm/cupy RK pipe": round(norms_piped[0] / norms_piped[1], 3)})
         cp.get_default_memory_pool().free_all_blocks()
     return found
+
+
+@functools.cache
+def _cupy_norm() -> Any:
+    import cupy as cp
+
+    return cp.ReductionKernel("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "bench_l2norm")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     found = rows((10**6, 10**7, 10**8), opts.quick)
     for row in found:
         print(row, flush=True)
-    meta = machine_info({"suite": "reduce", "target": "cuda", "kernel": "a + b, float32", **_gpu_meta(True)})
+    meta = machine_info({"suite": "reduce", "target": "cuda", "kernel": "a + b, and the norm, float32",
+                         **_gpu_meta(True)})
     if opts.save:
         print("saved", _save(opts.name, found, meta, opts.save, "reduce"))
     else:

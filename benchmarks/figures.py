@@ -70,8 +70,9 @@ RATIO_TABLES = (
     ("gpu-h100_loglik", "The fused reduction np.log(gaussian(x, mu, s)).sum(), float32, H100 (CuPy arrays; "
      "every ratio in one run: fused over the unfused calls, cp.sum(x) alone, torch.compile)",
      "fused/unfused sync", "the same calls unfused, call + synchronize"),
-    ("gpu-h100_reduce", "A user kernel's reduce (a + b, float32) on CuPy arrays, H100: in pieces, against "
-     "cp.sum(x), and the pairwise tree of launches other device arrays take", "reduce/cp.sum sync",
+    ("gpu-h100_reduce", "A user kernel's reduce (a + b, float32) on CuPy arrays, H100: one launch, against "
+     "cp.sum(x), the pairwise tree of launches other device arrays take, and the norm as gf.reduction "
+     "against cupy.ReductionKernel", "reduce/cp.sum sync",
      "cp.sum(x), call + synchronize"),
     ("cpu_fresh", "A fresh process, 2-core CI machine: import + the first gaussian call at 10^6 float64 with "
      "a warm disk cache (s), and the memory one user kernel's definition and first call add, after a "

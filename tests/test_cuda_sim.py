@@ -390,6 +390,46 @@ else:
         with pytest.raises(TypeError, match=r"where= needs the kernel's identity \(declared with"):
             no_identity.reduce(device, axis=0, where=mask, initial=0.0)
 
+    @pytest.mark.parametrize("n", [1, 5, 16, 17, 200, 700])
+    def test_single_pass_reduction_template_combines_every_block_once(n):
+        """The one-launch reduction's kernel (blocks in shared memory, the last block by its
+        ticket): generic and compensated, one block and several (four at most here, with
+        blocks of 16 threads), a start combined first."""
+        import math
+
+        from numba import cuda
+
+        from gpufuncs.targets.cuda import single_pass as sp
+        from gpufuncs.targets.cuda.compat import SimPointer
+        from gpufuncs.targets.cuda.compose import device_function
+
+        def value(args):
+            return np.float64(args[0] * args[1])
+
+        def combine(a, b):  # (a maximum: exact, so any order of combination gives NumPy's value)
+            return a if a > b else b
+
+        x = np.random.default_rng(n).standard_normal(n)
+        for compensated, expected in ((False, np.max(x * 2)), (True, math.fsum(x * 2))):
+            body = sp.template(device_function(value), None if compensated else device_function(combine),
+                               (np.float64(0), np.float64(0)), np.dtype(np.float64), np.float64, compensated)
+            out, ticket = np.zeros(1), np.zeros(1, np.uint32)
+            partials, comps = np.zeros(4), np.zeros(4)
+            start = np.float64(1e300 if not compensated else 0)
+            ops = (SimPointer(x.ctypes.data, x.dtype), 2.0)
+            cuda.jit(body)[sp.blocks_for(n, 4), sp.BLOCK](ops, n, start, not compensated, out, partials,
+                                                     comps, ticket)
+            assert ticket[0] == 0  # left ready for the next launch
+            if compensated:
+                assert abs(out[0] - expected) <= 2 * np.finfo(np.float64).eps * np.sum(abs(x * 2))
+            else:
+                assert out[0] == 1e300  # the start, combined first
+                out[0] = 0
+                cuda.jit(body)[sp.blocks_for(n, 4), sp.BLOCK](ops, n, start, False, out, partials, comps,
+                                                         ticket)
+                assert out[0] == expected
+        assert sp.blocks_for(n, 4) == max(1, min(4, -(-n // (sp.BLOCK * sp.MIN_PER_THREAD))))
+
     def test_collapse_merges_what_every_operand_steps_through_evenly():
         # C-contiguous (3, 4) with a broadcast row vector: only the inner dimension merges.
         assert collapse((3, 4), [[4, 1], [0, 1]]) == ((3, 4), [(4, 1), (0, 1)])

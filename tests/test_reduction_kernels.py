@@ -22,7 +22,8 @@ def l2norm(x):
 
 
 def _logaddexp(a, b):
-    hi, lo = max(a, b), min(a, b)
+    first = a > b or a != a  # (NaN propagates, whichever side it is on)
+    hi, lo = (a, b) if first else (b, a)
     base = hi if hi > -math.inf else 0.0  # (-inf - -inf would be NaN, and raise invalid)
     return hi + math.log1p(math.exp(lo - base))
 

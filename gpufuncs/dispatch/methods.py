@@ -280,9 +280,14 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
         if not starts:  # nothing to combine: a new array all the same, like NumPy
             array = _device_copy(type(kernel))(array, **options)
     elif loop is not None:  # (the start is the first value of the last level: no launch of its own)
-        moved = np.moveaxis(array, axes, range(-len(axes), 0))
         start = None if not starts else loop.type(kernel.identity if initial is NO_VALUE else initial)
-        array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop, start)
+        if len(axes) == len(shape) and _in_one_launch(array):
+            array = _single_pass(kernel, loop)([array], (loop.type(0),), array.size,
+                                               _new_like(array, loop), start)
+        else:
+            moved = np.moveaxis(array, axes, range(-len(axes), 0))
+            array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop,
+                               start)
         starts = False
     else:
         for ax in sorted(axes, reverse=True):  # (the axes before ``ax`` keep their numbers)
@@ -344,6 +349,35 @@ def _where_identity(kernel: Kernel, array: Any, where: Any, initial: Any, option
     copy(kernel.identity, out=filled, **options)
     copy(array, out=filled, where=where, **options)
     return filled
+
+
+def _in_one_launch(array: Any) -> bool:
+    """Whether a reduction of all of ``array`` runs in one launch (see
+    :mod:`gpufuncs.targets.cuda.single_pass`): a C-contiguous CuPy array with values."""
+    return library_of(type(array)) == "cupy" and array.size > 0 and array.flags.c_contiguous
+
+
+def _new_like(array: Any, dtype: np.dtype) -> Any:
+    import cupy
+
+    with cupy.cuda.Device(array.device.id):
+        return cupy.empty((), dtype)
+
+
+@functools.cache
+def _single_pass(kernel: Kernel, dtype: np.dtype) -> Any:
+    """The one-launch reduction of values of ``dtype`` by ``kernel``."""
+    from ..targets.cuda.single_pass import SinglePass
+
+    kind = dtype.type
+
+    def value(args):
+        return kind(args[0])
+
+    def combine(a, b):
+        return kind(kernel(a, b))
+
+    return SinglePass(value, combine, dtype)
 
 
 def _in_pieces(kernel: Kernel, values: Any, dtype: np.dtype, start: Any = None) -> Any:

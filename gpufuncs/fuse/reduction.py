@@ -31,7 +31,7 @@ from ..dispatch.lazy import loop_for, needs_loop
 from ..dispatch.pieces import cut, in_pieces
 from ..spec import KernelSpec, parse_layout, parse_loop
 from ..targets.base import DEVICE, library_of
-from .ops import Unfusable
+from .ops import Unfusable, maximum, minimum
 
 _ABSENT: Any = object()
 
@@ -262,6 +262,7 @@ class ReducingPart:
         self._kernels: dict[tuple[tuple[bool, ...], bool, bool, bool], Kernel] = {}
         #: The elementwise kernel of the values reduced (see ``Fused.reduced``).
         self.values: Kernel | None = None
+        self._one_launch: Any = None  # the single-pass GPU reduction, made on first use
 
     def __call__(self, args: tuple[Any, ...], options: dict[str, Any], axis: Any = _ABSENT,
                  keepdims: bool | None = None) -> Any:
@@ -290,8 +291,10 @@ class ReducingPart:
                                 keepdims, out)
         operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
         if on_device:
-            kernel = self._kernel(arrays, on_device=True)
-            result = self._combine_rows(in_pieces(kernel, operands, arrays, options, r.dtype), len(kept))
+            result = self._in_one_launch(values, arrays, shape, kept)
+            if result is None:
+                kernel = self._kernel(arrays, on_device=True)
+                result = self._combine_rows(in_pieces(kernel, operands, arrays, options, r.dtype), len(kept))
         elif count >= SPLIT and math.prod(shape[d] for d in kept) == 1:
             result = np.reshape(self._split(operands, arrays, options), [shape[d] for d in kept])
         else:
@@ -310,6 +313,28 @@ class ReducingPart:
         operands = [np.transpose(_broadcast(v, shape), order) if a else _scalar(v)
                     for v, a in zip(values, arrays)]
         return self._host_kernel(operands, arrays, columns=True)(*operands, **options)
+
+    def _in_one_launch(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
+                       kept: list[int]) -> Any:
+        """A reduction to one value of C-contiguous CuPy arrays of the whole shape (and
+        scalars) in one launch (see :mod:`gpufuncs.targets.cuda.single_pass`), as a 0-d CuPy
+        array; ``None`` where that does not apply (it takes the pieces instead)."""
+        r, n = self.reduction, math.prod(shape)
+        if r.dtype.kind == "c" or n == 0 or math.prod(shape[d] for d in kept) != 1 or self.values is None:
+            return None
+        loop = self.values.spec.loops[0].inputs
+        for v, a, dtype in zip(values, arrays, loop):
+            if a and not (library_of(type(v)) == "cupy" and tuple(v.shape) == shape and v.dtype == dtype
+                          and v.flags.c_contiguous):
+                return None
+        import cupy
+
+        if self._one_launch is None:
+            self._one_launch = _single_pass(r, self.values)
+        with cupy.cuda.Device(next(v for v, a in zip(values, arrays) if a).device.id):
+            out = cupy.empty((), _kept_as(r.dtype))
+        operands = [v if a else _scalar(v) for v, a in zip(values, arrays)]
+        return self._one_launch(operands, tuple(d.type(0) for d in loop), n, out).view(r.dtype)
 
     def _refuse_subclasses(self, values: list[Any]) -> None:
         """NumPy's array subclasses reduce differently (a masked array skips its masked values,
@@ -454,6 +479,40 @@ def _by_columns(values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, .
         return False
     first = _broadcast(next(v for v, a in zip(values, arrays) if a), shape)
     return abs(first.strides[-1]) < abs(first.strides[reduced[0]])
+
+
+def _single_pass(r: Reduction, values: Kernel) -> Any:
+    """The one-launch GPU reduction of ``r`` of the values that ``values`` computes: each
+    value cast to the accumulation dtype (truth for ``any``/``all``), combined by ``r``'s
+    step (floating sums and means: compensated, see the single-pass module)."""
+    from ..targets.cuda.single_pass import SinglePass
+
+    kind = _kept_as(r.dtype).type
+    if r.dtype.kind == "b":
+        def value(args):
+            return kind(values(*args) != 0)
+    else:
+        def value(args):
+            return kind(values(*args))
+    return SinglePass(value, _step(r), _kept_as(r.dtype))
+
+
+def _kept_as(dtype: np.dtype) -> np.dtype:
+    """The dtype a GPU reduction keeps values of ``dtype`` in: booleans as bytes."""
+    return np.dtype(np.uint8) if dtype.kind == "b" else dtype
+
+
+def _step(r: Reduction) -> Any:
+    """``r``'s combination of two accumulated values as a scalar function (``None`` for a
+    floating sum, which the single-pass reduction compensates)."""
+    kind, name, combine = _kept_as(r.dtype).type, r.name, r.combine
+    if name in ("sum", "mean") and r.dtype.kind == "f":
+        return None
+    steps = {"sum": lambda a, b: kind(a + b), "mean": lambda a, b: kind(a + b),
+             "prod": lambda a, b: kind(a * b), "min": lambda a, b: minimum(a, b),
+             "max": lambda a, b: maximum(a, b), "any": lambda a, b: kind(a | b),
+             "all": lambda a, b: kind(a & b), "reduce": lambda a, b: kind(combine(a, b))}
+    return steps[name]
 
 
 def _reduce_trailing(r: Reduction, values: Any, kept: int) -> Any:
