@@ -212,7 +212,10 @@ class CpuKernel:
                 if found is None:
                     key = _cache_key(self.spec, loop)
                     scalar = self.scalar()
-                    inline = functools.partial(self.inline, loop)
+                    # (what the loops' caches hold: the scalar and its types, not this kernel,
+                    # which a replaced kernel's loops, kept by Numba for good, would keep alive)
+                    inline = functools.partial(loops.inline_into_loops, scalar,
+                                               _scalar_argtypes(self.spec, loop))
                     casts = tuple(d.type for d in loop.inputs)
                     # (a kernel that cannot raise runs its serial loop in parallel chunks)
                     raising = self.target != "parallel" or self.may_raise(loop)
