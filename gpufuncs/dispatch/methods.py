@@ -23,6 +23,7 @@ from ..targets import get_target
 from ..targets.base import library_of
 from . import pieces
 from .args import defer, describe, device_arrays_of, overriding, refuse_target
+from .plan import resolve_loop
 
 try:
     from numpy.lib.array_utils import normalize_axis_tuple
@@ -312,7 +313,14 @@ def _in_pieces_loop(kernel: Kernel, array: Any, dtype: Any) -> np.dtype | None:
         return None
     if kernel.spec.lazy:
         kernel.learn_loop([array.dtype, array.dtype], dtype)
-    loop = kernel.resolve_loop([array.dtype, array.dtype], dtype)
+    return _pieces_loop(kernel.spec, array.dtype, None if dtype is None else np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _pieces_loop(spec: KernelSpec, values: np.dtype, dtype: np.dtype | None) -> np.dtype | None:
+    """:func:`_in_pieces_loop` for a spec (a lazy kernel's changes with each loop it learns)
+    and dtypes: decided once (a call's CPU time on the GPU's fast path)."""
+    loop = resolve_loop(spec, [values, values], dtype)
     if loop.runs is None and loop.inputs == (loop.outputs[0],) * 2:
         return loop.outputs[0]
     return None

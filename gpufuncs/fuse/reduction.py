@@ -289,20 +289,28 @@ class ReducingPart:
             result = self._columns(values, arrays, shape, kept, reduced[0], options)
             return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)],
                                 keepdims, out)
-        operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
-        if on_device:
-            result = self._in_one_launch(values, arrays, shape, kept)
-            if result is None:
-                kernel = self._kernel(arrays, on_device=True)
-                result = self._combine_rows(in_pieces(kernel, operands, arrays, options, r.dtype), len(kept))
-        elif count >= SPLIT and math.prod(shape[d] for d in kept) == 1:
-            result = np.reshape(self._split(operands, arrays, options), [shape[d] for d in kept])
-        else:
-            result = self._host_kernel(operands, arrays)(*operands, **options)
-            if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
-                result = _reduce_trailing(r, result, len(kept))
+        result = self._in_one_launch(values, arrays, shape, kept, options) if on_device else None
+        if result is None:
+            result = self._by_cores(values, arrays, shape, kept, reduced, options, on_device)
         return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)],
                             keepdims, out)
+
+    def _by_cores(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
+                  kept: list[int], reduced: list[int], options: dict[str, Any], on_device: bool) -> Any:
+        """The reduction by a kernel whose core is the reduced axes (see :func:`_core_view`):
+        on the GPU in pieces, on the host in :data:`PIECES` pieces for a long reduction to one
+        value, else a row of the loop per result."""
+        r = self.reduction
+        operands = [_core_view(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays)]
+        if on_device:
+            kernel = self._kernel(arrays, on_device=True)
+            return self._combine_rows(in_pieces(kernel, operands, arrays, options, r.dtype), len(kept))
+        if math.prod(shape[d] for d in reduced) >= SPLIT and math.prod(shape[d] for d in kept) == 1:
+            return np.reshape(self._split(operands, arrays, options), [shape[d] for d in kept])
+        result = self._host_kernel(operands, arrays)(*operands, **options)
+        if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
+            result = _reduce_trailing(r, result, len(kept))
+        return result
 
     def _columns(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
                  kept: list[int], axis: int, options: dict[str, Any]) -> Any:
@@ -315,12 +323,15 @@ class ReducingPart:
         return self._host_kernel(operands, arrays, columns=True)(*operands, **options)
 
     def _in_one_launch(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
-                       kept: list[int]) -> Any:
+                       kept: list[int], options: dict[str, Any]) -> Any:
         """A reduction to one value of C-contiguous CuPy arrays of the whole shape (and
         scalars) in one launch (see :mod:`gpufuncs.targets.cuda.single_pass`), as a 0-d CuPy
-        array; ``None`` where that does not apply (it takes the pieces instead)."""
+        array; ``None`` where that does not apply (it takes the pieces instead, as a call
+        with ``stream=`` or ``device=`` does: the one launch runs on the current stream)."""
         r, n = self.reduction, math.prod(shape)
         if r.dtype.kind == "c" or n == 0 or math.prod(shape[d] for d in kept) != 1 or self.values is None:
+            return None
+        if options.keys() - {"target"} or options.get("target", "cuda") not in ("auto", "cuda"):
             return None
         loop = self.values.spec.loops[0].inputs
         for v, a, dtype in zip(values, arrays, loop):

@@ -232,6 +232,7 @@ class SinglePass:
         self._value = device_function(value)
         self._combine = device_function(combine) if combine is not None else None
         self._launchers: dict[tuple[Any, ...], Any] = {}
+        self._runtimes: dict[int, Runtime] = {}
         self._lock = threading.Lock()
 
     def __call__(self, operands: list[Any], zeros: tuple[Any, ...], n: int, out: Any,
@@ -241,7 +242,11 @@ class SinglePass:
         ``out`` (a one-element CuPy array), after ``start`` where it is given."""
         import cupy
 
-        runtime = _runtime(out.device.id)
+        device = out.device.id
+        if device != cupy.cuda.runtime.getDevice():  # the stream and context of the arrays' GPU
+            with cupy.cuda.Device(device):
+                return self(operands, zeros, n, out, start)
+        runtime = self._runtimes.get(device) or self._runtimes.setdefault(device, _runtime(device))
         handle = cupy.cuda.get_current_stream().ptr
         most = BLOCKS_PER_SM * runtime.multiprocessors
         partials, comps, ticket = _buffers(runtime, handle, self.partial_dtype, most)
