@@ -24,6 +24,7 @@ import argparse
 import functools
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -251,6 +252,55 @@ def _missing(gpu: bool) -> tuple[str | None, list[str]]:
     return error, [n for n in notes if n]
 
 
+#: A fresh process's first call of the fused chain on ``cpu`` (float32, 10^3 values): its seconds.
+_FUSED_FIRST = """
+import time, numpy as np, gpufuncs as gf
+x = np.linspace(-3, 3, 1000, dtype=np.float32)
+@gf.fuse
+def chain(x, mu, s, w):
+    return gf.clamp(gf.gaussian(x, mu, s) * w + np.exp(-x), 0, 1)
+t = time.perf_counter()
+chain(x, 0.0, 1.0, 2.0, target="cpu")
+print(time.perf_counter() - t)
+"""
+#: The same body written by hand as Numba's ``@vectorize`` (gaussian's own scalar function,
+#: called as an ``@njit`` function): decorated, compiled and called once.
+_BY_HAND_FIRST = """
+import math, time, numba, numpy as np, gpufuncs as gf
+x = np.linspace(-3, 3, 1000, dtype=np.float32)
+gaussian = numba.njit(gf.gaussian.spec.pyfunc)
+t = time.perf_counter()
+@numba.vectorize(["float32(float32, float32, float32, float32)"])
+def chain(x, mu, s, w):
+    v = gaussian(x, mu, s) * w + math.exp(-x)
+    return min(max(v, np.float32(0)), np.float32(1))
+chain(x, np.float32(0), np.float32(1), np.float32(2))
+print(time.perf_counter() - t)
+"""
+
+
+def first_call_rows(quick: bool) -> list[dict[str, Any]]:
+    """The fused chain's first call in a fresh process with an empty Numba disk cache (its
+    compilation) against Numba compiling the same body written by hand, alternating, medians
+    of 3 (5 unless ``quick``) processes each, seconds."""
+    import statistics
+    import subprocess
+    import tempfile
+
+    times: dict[str, list[float]] = {"fused": [], "by hand": []}
+    for _ in range(3 if quick else 5):
+        for name, code in (("fused", _FUSED_FIRST), ("by hand", _BY_HAND_FIRST)):
+            with tempfile.TemporaryDirectory() as cache:
+                env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+                done = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                      capture_output=True, text=True)
+            times[name].append(float(done.stdout.split()[-1]))
+    fused, hand = statistics.median(times["fused"]), statistics.median(times["by hand"])
+    return [{"n": 1000, "case": "chain, float32, cpu, empty disk cache",
+             "fused first call s": round(fused, 3), "numba by hand s": round(hand, 3),
+             "fused/by hand": round(fused / hand, 3)}]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", action="store_true", help="CuPy arrays on the GPU")
@@ -264,8 +314,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reductions", action="store_true",
                         help="fused reductions (sum, max, mean over axis 0) beside NumPy's, host targets "
                              "(saved as <name>_reductions)")
+    parser.add_argument("--first-call", action="store_true",
+                        help="the fused chain's first call (compilation) in fresh processes against "
+                             "Numba compiling the same body by hand (saved as <name>_firstcall)")
     add_save_argument(parser)
     opts = parser.parse_args(argv)
+    if opts.first_call:
+        return _first_call_main(opts)
     if opts.loglik:
         return _loglik_main(opts)
     if opts.reductions:
@@ -317,6 +372,19 @@ def _loglik_main(opts: argparse.Namespace) -> None:
     if opts.save:
         name = opts.name or ("gpu" if opts.gpu else f"cpu-{opts.target}")
         print("saved", _save(name, rows, meta, opts.save, "loglik"))
+    else:
+        print(not_saved_hint())
+
+
+def _first_call_main(opts: argparse.Namespace) -> None:
+    rows = first_call_rows(opts.quick)
+    meta = machine_info({"suite": "firstcall", "target": "cpu",
+                         "function": "the fused chain's first call against Numba's @vectorize of the "
+                                     "same body by hand, fresh processes, empty disk cache"})
+    for row in rows:
+        print(row, flush=True)
+    if opts.save:
+        print("saved", _save(opts.name or "cpu", rows, meta, opts.save, "firstcall"))
     else:
         print(not_saved_hint())
 
