@@ -401,5 +401,58 @@ def test_gpu_reductions_cut_into_pieces_are_exact_and_repeat_bit_for_bit(monkeyp
             assert _host(result).dtype == np.asarray(want).dtype
 
 
+#: Reductions to one value that run in one launch on CuPy arrays: (function of a and w, the
+#: dtype of a, whether NumPy's value is met exactly). ``w`` is a scalar: the operands are an
+#: array and a Python float.
+ONE_LAUNCH = [
+    (lambda a, w: (a * w).sum(), np.float32, False), (lambda a, w: (a - w).sum(), np.float64, False),
+    (lambda a, w: (a > w).sum(), np.float32, True), (lambda a, w: (a * 3).sum(), np.int8, True),
+    (lambda a, w: np.prod((a > w) + 1), np.float64, True), (lambda a, w: np.min(a * w), np.float32, True),
+    (lambda a, w: np.max(a - w), np.float64, True), (lambda a, w: (a > w).any(), np.float64, True),
+    (lambda a, w: np.all(a < w), np.float32, True), (lambda a, w: (a * w).mean(), np.int16, False),
+    (lambda a, w: np.bitwise_xor.reduce(a + 1, axis=None), np.int32, True),
+    (lambda a, w: np.hypot.reduce(a * w, axis=None), np.float64, False),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("func, dtype, exact", ONE_LAUNCH, ids=range(len(ONE_LAUNCH)))
+def test_one_launch_reductions_of_cupy_arrays_agree_with_numpy(func, dtype, exact):
+    """Reductions to one value of a C-contiguous CuPy array run in one launch (blocks, then the
+    last block): at every size around a block's threads and the grid's limits, every value is
+    combined exactly once (integers, extremes, any/all exact; sums at least as accurate as
+    NumPy's; hypot within a few units in the last place), NaN propagates, a second call gives
+    the same bits, and the kernel is compiled once whatever the size."""
+    cp = pytest.importorskip("cupy")
+    from gpufuncs.targets.cuda import single_pass
+    from gpufuncs.targets.cuda.runtime import BLOCK
+
+    fused = gf.fuse(func)
+    most = 8 * 132 * BLOCK * single_pass.MIN_PER_THREAD  # (values beyond it: more than a thread's 8)
+    rng = np.random.default_rng(7)
+    integers = np.dtype(dtype).kind in "iu"
+    for n in (1, 7, BLOCK - 1, BLOCK, BLOCK + 1, 5000, most - 1, most + 3, 3 * most + 11):
+        a = (rng.integers(-100, 100, n) if integers else rng.standard_normal(n)).astype(dtype)
+        want = np.asarray(func(a, 0.5))
+        got = fused(cp.asarray(a), 0.5)
+        assert isinstance(got, cp.ndarray) and got.dtype == want.dtype and got.shape == want.shape, n
+        host = got.get()
+        assert host.tobytes() == fused(cp.asarray(a), 0.5).get().tobytes()  # the same bits
+        if exact:
+            np.testing.assert_array_equal(host, want, err_msg=f"n={n}")
+        else:
+            magnitude = np.abs(np.asarray(a, np.float64)).sum() + 1
+            bound = 4 * np.finfo(want.dtype).eps * magnitude * (1 + math.log2(n + 1))
+            np.testing.assert_allclose(host, want, rtol=8 * np.finfo(want.dtype).eps, atol=bound,
+                                       err_msg=f"n={n}")
+    if not integers:
+        a = rng.standard_normal(4099).astype(dtype)
+        a[1234] = np.nan
+        want = np.asarray(func(a, 0.5), np.float64)
+        assert np.isnan(want) == np.isnan(fused(cp.asarray(a), 0.5).get().astype(np.float64))
+    (found,) = fused._compiled.values()
+    assert all(len(part._one_launch._kernels) == 1 for part in found.reductions), "a kernel per size"
+
+
 def _host(result):
     return result.get() if hasattr(result, "get") else np.asarray(result)

@@ -345,7 +345,10 @@ class ReducingPart:
         with cupy.cuda.Device(next(v for v, a in zip(values, arrays) if a).device.id):
             out = cupy.empty((), _kept_as(r.dtype))
         operands = [v if a else _scalar(v) for v, a in zip(values, arrays)]
-        return self._one_launch(operands, tuple(d.type(0) for d in loop), n, out).view(r.dtype)
+        # A reduction by a combining kernel starts from its identity, as NumPy's does
+        # (np.hypot.reduce([-3.0]) is 3.0); the others' first values are what an identity gives.
+        start = r.start if r.name == "reduce" else None
+        return self._one_launch(operands, tuple(d.type(0) for d in loop), n, out, start).view(r.dtype)
 
     def _refuse_subclasses(self, values: list[Any]) -> None:
         """NumPy's array subclasses reduce differently (a masked array skips its masked values,

@@ -231,7 +231,8 @@ class SinglePass:
         self.acc, self.compensated = np.dtype(acc), combine is None
         self._value = device_function(value)
         self._combine = device_function(combine) if combine is not None else None
-        self._launchers: dict[tuple[Any, ...], Any] = {}
+        self._launchers: dict[tuple[Any, ...], Any] = {}  # per grid too: launchers are cheap
+        self._kernels: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self._runtimes: dict[int, Runtime] = {}
         self._lock = threading.Lock()
 
@@ -271,25 +272,31 @@ class SinglePass:
             with self._lock:
                 found = self._launchers.get(key)
                 if found is None:
-                    found = self._launchers[key] = self._compile(runtime, stored, zeros, out_dtype, blocks)
+                    kernel, pack = self._kernel(runtime, *key[1:4], zeros)
+                    found = self._launchers[key] = runtime.launcher(kernel, blocks, pack)
         return found
 
-    def _compile(self, runtime: Runtime, stored: tuple[np.dtype | None, ...], zeros: tuple[Any, ...],
-                 out_dtype: np.dtype, blocks: int) -> Any:
-        """The launcher of the kernel for operands stored as ``stored`` (an array's dtype, or
-        ``None`` for a scalar, passed as its ``zeros`` entry's type) and loaded as ``zeros``."""
-        ops = tuple(_Hole(k, z.dtype if d is None else d, d is not None)
-                    for k, (d, z) in enumerate(zip(stored, zeros)))
-        k = len(ops)
-        params = (ops, _Hole(k, np.dtype(np.int64), False), _Hole(k + 1, self.acc, False),
-                  _Hole(k + 2, np.dtype(np.bool_), False), _Hole(k + 3, out_dtype, True),
-                  _Hole(k + 4, self.partial_dtype, True), _Hole(k + 5, np.dtype(np.float64), True),
-                  _Core(_Hole(k + 6, np.dtype(np.uint32), True), 1, (), ()))  # (atomics take arrays)
-        body = template(self._value, self._combine, zeros, self.acc, out_dtype.type, self.compensated)
-        argtypes = tuple(_numba_type(p) for p in params)
-        with runtime.current():
-            kernel = loaded_kernel(cuda.jit(body).compile(argtypes))
-        return runtime.launcher(kernel, blocks, Packer(params).packer())
+    def _kernel(self, runtime: Runtime, stored: tuple[np.dtype | None, ...], loaded: tuple[np.dtype, ...],
+                out_dtype: np.dtype, zeros: tuple[Any, ...]) -> tuple[Any, Any]:
+        """The loaded kernel (compiled once, whatever the grid) and its parameters' packer, for
+        operands stored as ``stored`` (an array's dtype, or ``None`` for a scalar, passed as its
+        ``zeros`` entry's type) and loaded as ``loaded`` (the types of ``zeros``)."""
+        key = (runtime.ordinal, stored, loaded, out_dtype)
+        found = self._kernels.get(key)
+        if found is None:
+            ops = tuple(_Hole(k, z.dtype if d is None else d, d is not None)
+                        for k, (d, z) in enumerate(zip(stored, zeros)))
+            k = len(ops)
+            params = (ops, _Hole(k, np.dtype(np.int64), False), _Hole(k + 1, self.acc, False),
+                      _Hole(k + 2, np.dtype(np.bool_), False), _Hole(k + 3, out_dtype, True),
+                      _Hole(k + 4, self.partial_dtype, True), _Hole(k + 5, np.dtype(np.float64), True),
+                      _Core(_Hole(k + 6, np.dtype(np.uint32), True), 1, (), ()))  # (atomics take arrays)
+            body = template(self._value, self._combine, zeros, self.acc, out_dtype.type, self.compensated)
+            argtypes = tuple(_numba_type(p) for p in params)
+            with runtime.current():
+                kernel = loaded_kernel(cuda.jit(body).compile(argtypes))
+            found = self._kernels[key] = (kernel, Packer(params).packer())
+        return found
 
 
 def _stored(dtype: np.dtype) -> np.dtype:
