@@ -60,13 +60,7 @@ def check_fused(
         On the first (shrunk) disagreement: the target, the result's position, both values.
     """
     names = resolve_targets(targets, "check_fused")
-    arrays = [i for i, a in enumerate(like) if isinstance(a, np.ndarray)]
-    shapes = shapes or hnp.mutually_broadcastable_shapes(num_shapes=max(1, len(arrays)), max_dims=2,
-                                                          max_side=5)
-    options: dict[str, Any] = {"deadline": None,
-                               "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
-    if max_examples is not None:
-        options["max_examples"] = max_examples
+    arrays, shapes, options = _drawing(like, shapes, max_examples)
 
     @settings(**options)
     @given(data=st.data())
@@ -121,13 +115,7 @@ def check_reduction(
         On the first (shrunk) disagreement.
     """
     names = resolve_targets(targets, "check_reduction")
-    arrays = [i for i, a in enumerate(like) if isinstance(a, np.ndarray)]
-    shapes = shapes or hnp.mutually_broadcastable_shapes(num_shapes=max(1, len(arrays)), max_dims=2,
-                                                          max_side=5)
-    options: dict[str, Any] = {"deadline": None,
-                               "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
-    if max_examples is not None:
-        options["max_examples"] = max_examples
+    arrays, shapes, options = _drawing(like, shapes, max_examples)
 
     @settings(**options)
     @given(data=st.data())
@@ -310,6 +298,20 @@ def _assert_close(got: np.ndarray, want: np.ndarray, ulps: int, where: str) -> N
         how = f"beyond {ulps} ULP" if ulps else "bit for bit"
         raise AssertionError(f"{where}: {np.size(ok) - np.count_nonzero(ok)} of {np.size(ok)} "
                              f"elements differ ({how}): {shown}")
+
+
+def _drawing(like: Sequence[Any], shapes: st.SearchStrategy[hnp.BroadcastableShapes] | None,
+             max_examples: int | None) -> tuple[list[int], st.SearchStrategy[Any], dict[str, Any]]:
+    """What :func:`check_fused` and :func:`check_reduction` draw from: the positions of the
+    array arguments among ``like``, their shapes' strategy, and Hypothesis' settings."""
+    arrays = [i for i, a in enumerate(like) if isinstance(a, np.ndarray)]
+    shapes = shapes or hnp.mutually_broadcastable_shapes(num_shapes=max(1, len(arrays)), max_dims=2,
+                                                          max_side=5)
+    options: dict[str, Any] = {"deadline": None,
+                               "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+    if max_examples is not None:
+        options["max_examples"] = max_examples
+    return arrays, shapes, options
 
 
 def _like(example: Any, shape: tuple[int, ...]) -> st.SearchStrategy[Any]:

@@ -146,7 +146,12 @@ def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, out_type: Any) -
     """The kernel of a compensated floating sum (see the module's docstring)."""
     wide = np.float64
 
-    def tree(vals, comps, tid):
+    def tree(vals, comps, tid, total, comp):
+        """``vals[0]`` and ``comps[0]`` become the compensated sum of every thread's ``total``
+        and ``comp``."""
+        vals[tid] = total
+        comps[tid] = comp
+        cuda.syncthreads()
         half = BLOCK // 2
         while half:
             if tid < half:
@@ -177,10 +182,7 @@ def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, out_type: Any) -
         while j < n:
             total, comp = neumaier(total, comp, wide(load(ops, j)))
             j += step
-        vals[tid] = total
-        comps[tid] = comp
-        cuda.syncthreads()
-        tree(vals, comps, tid)
+        tree(vals, comps, tid, total, comp)
         if tid == 0:
             partials[block] = vals[0]
             pcomps[block] = comps[0]
@@ -194,10 +196,7 @@ def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, out_type: Any) -
                 total, e = two_sum(total, partials[k])
                 comp += pcomps[k] + e
                 k += BLOCK
-            vals[tid] = total
-            comps[tid] = comp
-            cuda.syncthreads()
-            tree(vals, comps, tid)
+            tree(vals, comps, tid, total, comp)
             if tid == 0:
                 result = vals[0]
                 if abs(result) < math.inf:  # (an infinity or NaN is the sum, uncompensated)
