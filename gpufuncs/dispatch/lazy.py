@@ -37,6 +37,15 @@ def needs_loop(spec: KernelSpec, dtypes: list[Any], requested: Any, casting: str
     return False
 
 
+def call_loop(spec: KernelSpec, dtypes: list[Any], requested: Any = None) -> Loop:
+    """The loop a call with inputs of ``dtypes`` (and ``dtype=`` ``requested``) runs: the
+    spec's own, or for a lazy kernel without one that fits, the loop the call would add (not
+    added here: what tracing and reductions need to know before any call)."""
+    if spec.lazy and needs_loop(spec, dtypes, requested, "same_kind"):
+        return loop_for(spec, dtypes)
+    return resolve_loop(spec, dtypes, requested)
+
+
 def loop_for(spec: KernelSpec, dtypes: list[Any]) -> Loop:
     """The loop of exactly ``dtypes``' types, its output typed by Numba (``KernelCompileError``
     when the scalar function does not compile for them)."""

@@ -19,7 +19,7 @@ import numpy as np
 from numba.np.numpy_support import from_dtype
 
 from ..dispatch import Kernel
-from ..dispatch.lazy import loop_for, needs_loop
+from ..dispatch.lazy import call_loop, loop_for
 from ..errors import KernelDefinitionError
 from ..spec import KernelSpec, kernel_spec, parse_loop
 from . import Fused, _dtype_of
@@ -169,9 +169,7 @@ class _Part:
         part = self.typed(dtypes)
         if isinstance(part, np.ufunc):
             return np.dtype(part.resolve_dtypes((*dtypes, None))[-1])
-        if part.spec.lazy and needs_loop(part.spec, list(dtypes), None, "same_kind"):
-            return loop_for(part.spec, list(dtypes)).outputs[0]
-        return part.resolve_loop(list(dtypes)).outputs[0]
+        return call_loop(part.spec, list(dtypes)).outputs[0]
 
 
 def _calling(builtin: Any, nin: int) -> Callable[..., Any]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..dispatch import Kernel
 from ..dispatch.args import describe
-from ..dispatch.lazy import loop_for, needs_loop
+from ..dispatch.lazy import call_loop
 from ..dispatch.pieces import cut, in_pieces
 from ..spec import KernelSpec, parse_layout, parse_loop
 from ..targets.base import DEVICE, library_of
@@ -182,10 +182,7 @@ def combining(combine: Any, values: np.dtype, requested: Any) -> tuple[Kernel, n
     if spec.identity is None:
         raise Unfusable(f"{spec.name}.reduce in a fused function needs a kernel with an identity "
                         "(declare identity=, the value a reduction starts from)")
-    if spec.lazy and needs_loop(spec, [values, values], requested, "same_kind"):
-        loop = loop_for(spec, [values, values])  # (the call on partial results adds it)
-    else:
-        loop = combine.resolve_loop([values, values], requested)
+    loop = call_loop(spec, [values, values], requested)  # (a lazy kernel's: the call on partials adds it)
     acc = loop.compiled.inputs[0]
     if not (loop.compiled.inputs[1] == acc == loop.outputs[0]):
         raise Unfusable(f"{spec.name}.reduce: its loop for {values} ({loop.signature}) "

@@ -24,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dispatch.lazy import loop_for, needs_loop
-from ..dispatch.plan import resolve_loop
+from ..dispatch.lazy import call_loop
 from ..errors import FusionError
 from ..spec import HALF, kernel_spec
 from .ops import Unfusable, template
@@ -257,10 +256,7 @@ class _Tracer:
                             "fusion compiles elementwise kernels")
         if len(inputs) != spec.nin:
             raise Unfusable(f"{spec.name} takes {spec.nin} inputs, got {len(inputs)}")
-        if spec.lazy and needs_loop(spec, dtypes, None, "same_kind"):  # the loop a call would add
-            loop = loop_for(spec, dtypes)
-        else:
-            loop = resolve_loop(spec, dtypes, None)
+        loop = call_loop(spec, dtypes)
         operands = [self._operand(v, to) for v, to in zip(inputs, loop.inputs)]
         return self._record("", operands, loop.outputs, kernel)
 
