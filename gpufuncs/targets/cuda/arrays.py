@@ -189,9 +189,12 @@ def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, 
             return memory, memory.ptr
         return allocate_on(handle, current)
 
+    make = compat.cupy_array_maker(storage, dtype)
+    if back is None:
+        return allocate, make
+
     def wrap(memory: Any, address: int) -> Any:
-        out = cupy.ndarray(storage, dtype, memory)
-        return out if back is None else out.transpose(back)
+        return make(memory).transpose(back)
 
     return allocate, wrap
 
