@@ -1,7 +1,8 @@
 """The cuda target's own kernels and launch logic on the CUDA simulator (no GPU needed).
 
 ``NUMBA_ENABLE_CUDASIM=1`` must be set before ``numba.cuda`` is first imported, so in a normal
-run this module holds one test that runs the module again in a subprocess with the variable set;
+run this module holds one test that runs the module again in a subprocess with the variable set
+(with the other cuda modules; `test_cuda_sim_reductions.py` runs the fused reductions' likewise);
 there the tests below run on tiny inputs. The simulator executes the very kernels of the real
 target (pointer loads, strided offsets, casts, ``where``, core views), with host memory standing
 in for device memory; Numba's own CUDA ufunc objects do not run there.
@@ -15,6 +16,7 @@ import sys
 
 import numpy as np
 import pytest
+from simulator import run_on_simulator
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -23,19 +25,12 @@ if not SIMULATED:
 
     @pytest.mark.slow
     def test_cuda_target_on_the_simulator():
-        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-             *(os.path.join(os.path.dirname(__file__), name)
-               for name in ("test_multigpu.py", "test_cuda_views.py", "test_cuda_axes.py",
-                            "test_types.py", "test_lazy.py", "test_several_outputs.py",
-                            "test_boundscheck.py", "test_complex.py",
-                            "test_errstate.py", "test_fuse.py", "test_fuse_reduce.py",
-                            "test_reduction_kernels.py"))],
-            env=env, capture_output=True, text=True, timeout=300,
-        )
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-        assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout[-3000:]
+        # (test_fuse_reduce.py, the longest on the simulator, runs from test_cuda_sim_reductions.py:
+        # a file of its own, so that CI's two workers, a file each, share the simulator's time)
+        run_on_simulator(__file__, "test_multigpu.py", "test_cuda_views.py", "test_cuda_axes.py",
+                         "test_types.py", "test_lazy.py", "test_several_outputs.py",
+                         "test_boundscheck.py", "test_complex.py", "test_errstate.py",
+                         "test_fuse.py", "test_reduction_kernels.py")
 
     def test_without_a_gpu_cuda_is_refused_with_a_reason_and_auto_stays_on_the_host():
         # Hide every GPU from a fresh process (on CI there is none anyway).
