@@ -408,14 +408,14 @@ def _kernel_dir(tmp_path: Path) -> Path:
     return path
 
 
-def _damage(cache: Path) -> int:
-    """Overwrite every index with garbage and truncate every data file; how many were."""
+def _damage(cache: Path) -> tuple[int, int]:
+    """Overwrite every index with garbage and truncate every data file; how many of each were."""
     index, data = list(cache.rglob("*.nbi")), list(cache.rglob("*.nbc"))
     for f in index:
         f.write_bytes(b"not a pickle")
     for f in data:
         f.write_bytes(f.read_bytes()[:40])
-    return len(index) + len(data)
+    return len(index), len(data)
 
 
 @pytest.mark.slow
@@ -424,7 +424,8 @@ def test_a_damaged_disk_cache_costs_one_warning_and_is_written_again(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(_kernel_dir(tmp_path))}
     first = run_scenario("cache", env=env)
     assert (first["warnings"], first["failures"], first["hits"]) == ([], [], 0)
-    assert _damage(cache) >= 4
+    index, data = _damage(cache)
+    assert index >= 1 and data >= 2  # both calls' loops (one function's two signatures: one index)
     damaged = run_scenario("cache", env=env)
     assert damaged["failures"] == [] and damaged["hits"] == 0
     assert len(damaged["warnings"]) == 1 and "compiling in memory" in damaged["warnings"][0]
