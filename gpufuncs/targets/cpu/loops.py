@@ -40,6 +40,7 @@ from typing import Any
 import numba
 import numpy as np
 from numba import prange, types
+from numba.core import errors
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import populate_array
 
@@ -85,8 +86,11 @@ def elements(typingctx, args, i, casts):
 
 @intrinsic
 def flat(typingctx, args):
-    """The arguments with every array as its 1-D view (the arrays are C-contiguous); one
-    intrinsic for the tuple, as :func:`elements`."""
+    """The arguments with every array as its 1-D view; one intrinsic for the tuple, as
+    :func:`elements`. The arrays must be typed C-contiguous (the view is made from the pointer
+    and the size alone): the executors key the layout, and any other layout is refused here."""
+    if any(isinstance(a, types.Array) and a.layout != "C" for a in args.types):
+        raise errors.TypingError(f"flat: arrays must be C-contiguous, got {args}")
     flats = [a.copy(ndim=1, layout="C") if isinstance(a, types.Array) else a for a in args.types]
 
     def codegen(context, builder, sig, llargs):
@@ -323,7 +327,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     def body(out, *args):
         vectors()
         clear_status()
-        out, args = out.reshape(out.size), flat(args)
+        out, args = flat((out,))[0], flat(args)
         for i in range(out.size):
             out[i] = scalar(*elements(args, i, cast))
         return read_status()
@@ -333,14 +337,14 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     def masked(out, where, *args):
         vectors()
         clear_status()
-        out, where, args = out.reshape(out.size), where.reshape(where.size), flat(args)
+        out, where, args = flat((out,))[0], flat((where,))[0], flat(args)
         for i in range(out.size):
             if where[i]:
                 out[i] = scalar(*elements(args, i, cast))
         return read_status()
 
     def parallel_plain(out, *args):
-        out, args = out.reshape(out.size), flat(args)
+        out, args = flat((out,))[0], flat(args)
         n = out.size
         pieces = chunks(n, 1)
         status = np.zeros(pieces, np.int64)
@@ -366,7 +370,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     guarded = jit(guarded_body)
 
     def parallel(out, *args):
-        out, args = out.reshape(out.size), flat(args)
+        out, args = flat((out,))[0], flat(args)
         n = out.size
         pieces = chunks(n, 1)
         failed = np.empty(pieces, np.int64)
@@ -409,7 +413,7 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
 
     def masked(outs, where, *args):
         clear_status()
-        where = where.reshape(where.size)
+        where = flat((where,))[0]
         for i in range(outs[0].shape[0]):
             if where[i]:
                 scalar(*(elements(args, i, cast) + rows(outs, i)))
