@@ -61,8 +61,7 @@ def elements(typingctx, args, i, casts):
     with each argument's own ``cast`` (its type in the loop) from ``casts``.
 
     An intrinsic that builds the whole tuple: the recursive overload it replaces compiled a
-    function per argument, a third of a new loop's compile time (0.8 s of 1.3 s for a fused
-    chain's first call on 2 cores)."""
+    function per argument (see the module docstring)."""
     steps = []  # per argument: (getitem signature or None, value type, type in the loop)
     for a, c in zip(args.types, casts.types):
         if isinstance(a, types.Array):
@@ -84,27 +83,39 @@ def elements(typingctx, args, i, casts):
     return types.Tuple([loop_type for _, _, loop_type in steps])(args, i, casts), codegen
 
 
+def _flat_view(context: Any, builder: Any, given: Any, made: Any, value: Any) -> Any:
+    """The 1-D view ``made`` of the C-contiguous array ``value`` of type ``given``, a new
+    reference (it shares the array's memory and owner)."""
+    array = context.make_array(given)(context, builder, value)
+    view = context.make_array(made)(context, builder)
+    populate_array(view, data=array.data, shape=[array.nitems], strides=[array.itemsize],
+                   itemsize=array.itemsize, meminfo=array.meminfo, parent=array.parent)
+    context.nrt.incref(builder, made, view._getvalue())
+    return view._getvalue()
+
+
 @intrinsic
 def flat(typingctx, args):
-    """The arguments with every array as its 1-D view; one intrinsic for the tuple, as
-    :func:`elements`. The arrays must be typed C-contiguous (the view is made from the pointer
-    and the size alone): the executors key the layout, and any other layout is refused here."""
-    if any(isinstance(a, types.Array) and a.layout != "C" for a in args.types):
+    """The 1-D view of an array, or the tuple ``args`` with every array as its 1-D view; one
+    intrinsic for the tuple, as :func:`elements`. The arrays must be typed C-contiguous (the
+    view is made from the pointer and the size alone): the executors key the layout, and any
+    other layout is refused here."""
+    given = [args] if isinstance(args, types.Array) else list(args.types)
+    if any(isinstance(a, types.Array) and a.layout != "C" for a in given):
         raise errors.TypingError(f"flat: arrays must be C-contiguous, got {args}")
-    flats = [a.copy(ndim=1, layout="C") if isinstance(a, types.Array) else a for a in args.types]
+    flats = [a.copy(ndim=1, layout="C") if isinstance(a, types.Array) else a for a in given]
+    if isinstance(args, types.Array):
+        return flats[0](args), lambda context, builder, sig, llargs: _flat_view(
+            context, builder, args, flats[0], llargs[0])
 
     def codegen(context, builder, sig, llargs):
         values = []
-        for k, (given, made) in enumerate(zip(args.types, flats)):
+        for k, (one, made) in enumerate(zip(given, flats)):
             value = builder.extract_value(llargs[0], k)
-            if isinstance(given, types.Array):
-                array = context.make_array(given)(context, builder, value)
-                view = context.make_array(made)(context, builder)
-                populate_array(view, data=array.data, shape=[array.nitems],
-                               strides=[array.itemsize], itemsize=array.itemsize,
-                               meminfo=array.meminfo, parent=array.parent)
-                value = view._getvalue()
-            context.nrt.incref(builder, made, value)  # (the tuple returned is a new reference)
+            if isinstance(one, types.Array):
+                value = _flat_view(context, builder, one, made, value)
+            else:
+                context.nrt.incref(builder, made, value)  # (the tuple returned is a new reference)
             values.append(value)
         return context.make_tuple(builder, sig.return_type, values)
 
@@ -327,7 +338,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     def body(out, *args):
         vectors()
         clear_status()
-        out, args = flat((out,))[0], flat(args)
+        out, args = flat(out), flat(args)
         for i in range(out.size):
             out[i] = scalar(*elements(args, i, cast))
         return read_status()
@@ -337,14 +348,14 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     def masked(out, where, *args):
         vectors()
         clear_status()
-        out, where, args = flat((out,))[0], flat((where,))[0], flat(args)
+        out, where, args = flat(out), flat(where), flat(args)
         for i in range(out.size):
             if where[i]:
                 out[i] = scalar(*elements(args, i, cast))
         return read_status()
 
     def parallel_plain(out, *args):
-        out, args = flat((out,))[0], flat(args)
+        out, args = flat(out), flat(args)
         n = out.size
         pieces = chunks(n, 1)
         status = np.zeros(pieces, np.int64)
@@ -370,7 +381,7 @@ def ufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | No
     guarded = jit(guarded_body)
 
     def parallel(out, *args):
-        out, args = flat((out,))[0], flat(args)
+        out, args = flat(out), flat(args)
         n = out.size
         pieces = chunks(n, 1)
         failed = np.empty(pieces, np.int64)
@@ -413,7 +424,7 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
 
     def masked(outs, where, *args):
         clear_status()
-        where = flat((where,))[0]
+        where = flat(where)
         for i in range(outs[0].shape[0]):
             if where[i]:
                 scalar(*(elements(args, i, cast) + rows(outs, i)))
