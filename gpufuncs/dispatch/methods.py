@@ -283,8 +283,7 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
     elif loop is not None:  # (the start is the first value of the last level: no launch of its own)
         start = None if not starts else loop.type(kernel.identity if initial is NO_VALUE else initial)
         if len(axes) == len(shape) and _in_one_launch(array):
-            array = _single_pass(kernel, loop)([array], (loop.type(0),), array.size,
-                                               _new_like(array, loop), start)
+            array = _single_pass(kernel, loop)([array], (loop.type(0),), array.size, loop, start)
         else:
             moved = np.moveaxis(array, axes, range(-len(axes), 0))
             array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop,
@@ -298,7 +297,8 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
             initial = (array.dtype if isinstance(array, np.ndarray) else describe(array).dtype).type(
                 kernel.identity)
         array = kernel(initial, array, **options)
-    array = array.reshape(result_shape)
+    if tuple(array.shape) != result_shape:  # (a new array: no need of a view of it)
+        array = array.reshape(result_shape)
     if out is None:
         return array
     _device_copy(type(kernel))(array, out=out, target="cuda")
@@ -363,13 +363,6 @@ def _in_one_launch(array: Any) -> bool:
     """Whether a reduction of all of ``array`` runs in one launch (see
     :mod:`gpufuncs.targets.cuda.single_pass`): a C-contiguous CuPy array with values."""
     return library_of(type(array)) == "cupy" and array.size > 0 and array.flags.c_contiguous
-
-
-def _new_like(array: Any, dtype: np.dtype) -> Any:
-    import cupy
-
-    with cupy.cuda.Device(array.device.id):
-        return cupy.empty((), dtype)
 
 
 @functools.cache

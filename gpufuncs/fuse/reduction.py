@@ -238,6 +238,15 @@ def _is_scalar(value: Any) -> bool:
         type(value) is np.ndarray and value.ndim == 0)
 
 
+def _broadcast_shape(arrays: list[Any]) -> tuple[int, ...]:
+    """The shape ``arrays`` broadcast to. (``np.shape`` of a CuPy array is a dispatch through
+    ``__array_function__`` of some microseconds: its ``shape`` where it has one.)"""
+    shapes = [tuple(v.shape) if hasattr(v, "shape") else np.shape(v) for v in arrays]
+    if all(s == shapes[0] for s in shapes):
+        return shapes[0]
+    return np.broadcast_shapes(*shapes)
+
+
 def _axes(axis: tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
     """``axis`` as NumPy normalizes it for an array of ``ndim`` dimensions."""
     if axis is None:
@@ -270,7 +279,7 @@ class ReducingPart:
         arrays = tuple(not _is_scalar(v) for v in values)
         if not any(arrays):  # a reduction of scalars: of a 0-d array
             arrays = (True, *arrays[1:])
-        shape = np.broadcast_shapes(*(np.shape(v) for v, a in zip(values, arrays) if a))
+        shape = _broadcast_shape([v for v, a in zip(values, arrays) if a])
         axes = _axes(r.axis if axis is _ABSENT else _axis(axis), len(shape))
         keepdims = r.keepdims if keepdims is None else bool(keepdims)
         kept = [d for d in range(len(shape)) if d not in axes]
@@ -284,13 +293,11 @@ class ReducingPart:
         on_device = self._on_device(values, options)
         if not on_device and _by_columns(values, arrays, shape, reduced):
             result = self._columns(values, arrays, shape, kept, reduced[0], options)
-            return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)],
-                                keepdims, out)
+            return self._finish(result, count, axes, shape, keepdims, out)
         result = self._in_one_launch(values, arrays, shape, kept, options) if on_device else None
         if result is None:
             result = self._by_cores(values, arrays, shape, kept, reduced, options, on_device)
-        return self._finish(result, count, [1 if d in axes else n for d, n in enumerate(shape)],
-                            keepdims, out)
+        return self._finish(result, count, axes, shape, keepdims, out)
 
     def _by_cores(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
                   kept: list[int], reduced: list[int], options: dict[str, Any], on_device: bool) -> Any:
@@ -335,17 +342,15 @@ class ReducingPart:
             if a and not (library_of(type(v)) == "cupy" and tuple(v.shape) == shape and v.dtype == dtype
                           and v.flags.c_contiguous):
                 return None
-        import cupy
-
         if self._one_launch is None:
             self._one_launch = _single_pass(r, self.values)
-        with cupy.cuda.Device(next(v for v, a in zip(values, arrays) if a).device.id):
-            out = cupy.empty((), _kept_as(r.dtype))
         operands = [v if a else _scalar(v) for v, a in zip(values, arrays)]
         # A reduction by a combining kernel starts from its identity, as NumPy's does
         # (np.hypot.reduce([-3.0]) is 3.0); the others' first values are what an identity gives.
         start = r.start if r.name == "reduce" else None
-        return self._one_launch(operands, tuple(d.type(0) for d in loop), n, out, start).view(r.dtype)
+        kept = _kept_as(r.dtype)
+        result = self._one_launch(operands, tuple(d.type(0) for d in loop), n, kept, start)
+        return result if kept == r.dtype else result.view(r.dtype)
 
     def _refuse_subclasses(self, values: list[Any]) -> None:
         """NumPy's array subclasses reduce differently (a masked array skips its masked values,
@@ -408,13 +413,15 @@ class ReducingPart:
             return r.dtype.type(complex(math.fsum(values.real), math.fsum(values.imag)))
         return r.ufunc.reduce(values, dtype=r.dtype)
 
-    def _finish(self, result: Any, count: int, kept_shape: list[int], keepdims: bool, out: Any) -> Any:
-        """``mean``'s division, ``keepdims``' shape, a scalar for a 0-d result, ``out=``."""
+    def _finish(self, result: Any, count: int, axes: tuple[int, ...], shape: tuple[int, ...],
+                keepdims: bool, out: Any) -> Any:
+        """``mean``'s division, ``keepdims``' shape (``shape`` with ones on ``axes``), a scalar
+        for a 0-d result, ``out=``."""
         r = self.reduction
         if r.name == "mean":
             result = _mean(result, count)
         if keepdims:
-            result = np.reshape(result, kept_shape)
+            result = np.reshape(result, [1 if d in axes else n for d, n in enumerate(shape)])
         if isinstance(result, np.ndarray) and result.ndim == 0:
             result = result[()]
         return result if out is None else _into(out, result, r)

@@ -11,14 +11,20 @@ reduction to a scalar) runs as one kernel, in the manner of CUB's and CuPy's red
   on the stream) combines the blocks' results the same way and stores the one value, combined
   after ``start`` where it ``starts`` (NumPy's ``initial``, or an identity).
 
-The grid depends only on ``n``, and every combination is in a fixed order whichever block
-finishes last: the same bits on every run. Floating sums are compensated: each thread keeps
-Neumaier's running compensation in float64, and the trees add the pairs with Knuth's TwoSum,
-so a float32 or float64 sum is at least as accurate as NumPy's pairwise summation.
+The grid is as many blocks as the GPU holds at once (so that every block runs from the start:
+a second wave of blocks would leave most of the GPU idle at its end) and depends only on ``n``
+and the kernel, and every combination is in a fixed order whichever block finishes last: the
+same bits on every run. Floating sums are compensated: each thread keeps Neumaier's running
+compensation in float64, and the trees add the pairs with Knuth's TwoSum, so a float32 or
+float64 sum is at least as accurate as NumPy's pairwise summation. Values narrower than
+float64 are added in float64 in groups of :data:`UNROLL` before each compensated step (the
+step is most of a thread's arithmetic): a group's sum errs by at most ``7 * 2**-53`` of its
+magnitudes, against the ``2**-24`` of float32's own rounding.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable
@@ -29,13 +35,14 @@ from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
 from ...scalar import as_type
-from .compat import SIMULATED, loaded_kernel
-from .kernels import _args
+from .compat import SIMULATED, cupy_array_maker, loaded_kernel
+from .kernels import _args, _load, _row, as_type_of
 from .launch import Packer, _Core, _Hole, _numba_type
 from .runtime import BLOCK, Runtime
 
 #: At most this many blocks a multiprocessor (a full GPU of resident threads; measured on an
 #: H100 at 10^8 values, against four and sixteen): the partial results the last block combines.
+#: Fewer where the kernel's registers leave room for fewer (see :func:`_resident_blocks`).
 BLOCKS_PER_SM = 8
 #: Values a thread loads before it combines them (loads in flight: with one, a thread waits out
 #: the memory's latency at every value).
@@ -75,8 +82,9 @@ def template(value: Any, combine: Any, zeros: tuple[Any, ...], acc: np.dtype, ou
     def load(ops, i):
         return value(_args(ops, ops, i, (), zeros))
 
+    stage = _stager(jit, value, load, zeros)
     if compensated:
-        return _compensated_kernel(load, jit(_two_sum), jit(_neumaier), out_type)
+        return _compensated_kernel(load, stage, jit(_two_sum), jit(_neumaier), out_type, acc.itemsize < 8)
     acc_type = from_dtype(acc)
 
     @jit
@@ -105,9 +113,8 @@ def template(value: Any, combine: Any, zeros: tuple[Any, ...], acc: np.dtype, ou
         total = load(ops, i if i < n else 0)  # (past the values: left out by gather's count)
         j = i + step
         staged = cuda.local.array(UNROLL, acc_type)
-        while j + (UNROLL - 1) * step < n:  # UNROLL loads in flight before combining them, in order
-            for k in range(UNROLL):
-                staged[k] = load(ops, j + k * step)
+        while j + (UNROLL - 1) * step < n:  # UNROLL values at a time, combined in order
+            stage(ops, staged, j, step)
             for k in range(UNROLL):
                 total = combine(total, staged[k])
             j += UNROLL * step
@@ -142,8 +149,35 @@ def template(value: Any, combine: Any, zeros: tuple[Any, ...], acc: np.dtype, ou
     return kernel
 
 
-def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, out_type: Any) -> Callable[..., None]:
-    """The kernel of a compensated floating sum (see the module's docstring)."""
+def _stager(jit: Callable[[Any], Any], value: Any, load: Any, zeros: tuple[Any, ...]) -> Any:
+    """``stage(ops, staged, j, step)``: ``staged[k]`` becomes the value of element
+    ``j + k * step``, for ``k`` below :data:`UNROLL`, every element loaded before any value is
+    computed. (Loaded one by one inside the values, a value's branches kept the next load
+    waiting: a float32 sum of Gaussian densities, 1.3 TB/s.) Operands of several loop types
+    are each loaded where their value is computed (one staging array holds one type)."""
+    if len({type(z) for z in zeros}) > 1:
+        @jit
+        def stage_each(ops, staged, j, step):
+            for k in range(UNROLL):
+                staged[k] = load(ops, j + k * step)
+        return stage_each
+    kind, count = as_type_of(zeros[0]), len(zeros)
+
+    @jit
+    def stage(ops, staged, j, step):
+        loaded = cuda.local.array((count, UNROLL), kind)
+        for k in range(UNROLL):
+            _load(loaded, k, ops, ops, ops, j + k * step, ())
+        for k in range(UNROLL):
+            staged[k] = value(_row(loaded, k, ops, ops))
+    return stage
+
+
+def _compensated_kernel(load: Any, stage: Any, two_sum: Any, neumaier: Any, out_type: Any,
+                        grouped: bool) -> Callable[..., None]:
+    """The kernel of a compensated floating sum (see the module's docstring); ``grouped``:
+    :data:`UNROLL` values added in float64 before each compensated step (values narrower
+    than float64)."""
     wide = np.float64
 
     def tree(vals, comps, tid, total, comp):
@@ -173,11 +207,16 @@ def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, out_type: Any) -
         total = comp = wide(0)
         j = block * BLOCK + tid
         staged = cuda.local.array(UNROLL, types.float64)
-        while j + (UNROLL - 1) * step < n:  # UNROLL loads in flight before adding them, in order
-            for k in range(UNROLL):
-                staged[k] = wide(load(ops, j + k * step))
-            for k in range(UNROLL):
-                total, comp = neumaier(total, comp, staged[k])
+        while j + (UNROLL - 1) * step < n:  # UNROLL values at a time, added in order
+            stage(ops, staged, j, step)
+            if grouped:
+                group = staged[0]
+                for k in range(1, UNROLL):
+                    group += staged[k]
+                total, comp = neumaier(total, comp, group)
+            else:
+                for k in range(UNROLL):
+                    total, comp = neumaier(total, comp, staged[k])
             j += UNROLL * step
         while j < n:
             total, comp = neumaier(total, comp, wide(load(ops, j)))
@@ -235,28 +274,29 @@ class SinglePass:
         self._runtimes: dict[int, Runtime] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, operands: list[Any], zeros: tuple[Any, ...], n: int, out: Any,
+    def __call__(self, operands: list[Any], zeros: tuple[Any, ...], n: int, out_dtype: np.dtype,
                  start: Any = None) -> Any:
         """Reduce the ``n`` elements of ``operands`` (C-contiguous CuPy arrays of ``n``
-        elements, or scalars; ``zeros`` holds a NumPy scalar of each one's loop type) into
-        ``out`` (a one-element CuPy array), after ``start`` where it is given."""
+        elements on one GPU, or scalars; ``zeros`` holds a NumPy scalar of each one's loop
+        type) after ``start`` where it is given, into a new 0-d CuPy array of ``out_dtype``
+        on the arrays' GPU, on its current stream."""
         import cupy
 
-        device = out.device.id
+        device = next(op for op in operands if isinstance(op, cupy.ndarray)).device.id
         if device != cupy.cuda.runtime.getDevice():  # the stream and context of the arrays' GPU
             with cupy.cuda.Device(device):
-                return self(operands, zeros, n, out, start)
+                return self(operands, zeros, n, out_dtype, start)
         runtime = self._runtimes.get(device) or self._runtimes.setdefault(device, _runtime(device))
         handle = cupy.cuda.get_current_stream().ptr
-        most = BLOCKS_PER_SM * runtime.multiprocessors
-        partials, comps, ticket = _buffers(runtime, handle, self.partial_dtype, most)
+        buffers = _buffers(runtime, handle, self.partial_dtype, BLOCKS_PER_SM * runtime.multiprocessors)
         stored = tuple(_stored(op.dtype) if isinstance(op, cupy.ndarray) else None for op in operands)
-        arrays = tuple(d is not None for d in stored)
-        launch = self._launcher(runtime, stored, zeros, out.dtype, blocks_for(n, most))
-        values = [op.data.ptr if a else z.dtype.type(op) for op, a, z in zip(operands, arrays, zeros)]
+        launch = self._launcher(runtime, stored, zeros, out_dtype, n)
+        values = [op.data.ptr if d is not None else z.dtype.type(op)
+                  for op, d, z in zip(operands, stored, zeros)]
+        memory = cupy.cuda.alloc(out_dtype.itemsize)
+        out = _result_maker(out_dtype)(memory)
         begin = self.acc.type(0 if start is None else start)
-        launch([*values, n, begin, start is not None, out.data.ptr, partials.data.ptr, comps.data.ptr,
-                ticket.data.ptr], handle)
+        launch([*values, n, begin, start is not None, memory.ptr, *buffers], handle)
         return out
 
     @property
@@ -264,38 +304,61 @@ class SinglePass:
         return np.dtype(np.float64) if self.compensated else self.acc
 
     def _launcher(self, runtime: Runtime, stored: tuple[np.dtype | None, ...], zeros: tuple[Any, ...],
-                  out_dtype: np.dtype, blocks: int) -> Any:
-        key = (runtime.ordinal, stored, tuple(z.dtype for z in zeros), out_dtype, blocks)
+                  out_dtype: np.dtype, n: int) -> Any:
+        """The launch of the kernel for these types over ``n`` values, on its grid (see
+        :func:`blocks_for`; at most the blocks that the GPU holds at once)."""
+        loaded = tuple(z.dtype for z in zeros)
+        kernel, pack, most = self._kernel(runtime, stored, loaded, out_dtype, zeros)
+        blocks = blocks_for(n, most)
+        key = (runtime.ordinal, stored, loaded, out_dtype, blocks)
         found = self._launchers.get(key)
         if found is None:
             with self._lock:
                 found = self._launchers.get(key)
                 if found is None:
-                    kernel, pack = self._kernel(runtime, *key[1:4], zeros)
                     found = self._launchers[key] = runtime.launcher(kernel, blocks, pack)
         return found
 
     def _kernel(self, runtime: Runtime, stored: tuple[np.dtype | None, ...], loaded: tuple[np.dtype, ...],
-                out_dtype: np.dtype, zeros: tuple[Any, ...]) -> tuple[Any, Any]:
-        """The loaded kernel (compiled once, whatever the grid) and its parameters' packer, for
-        operands stored as ``stored`` (an array's dtype, or ``None`` for a scalar, passed as its
-        ``zeros`` entry's type) and loaded as ``loaded`` (the types of ``zeros``)."""
+                out_dtype: np.dtype, zeros: tuple[Any, ...]) -> tuple[Any, Any, int]:
+        """The loaded kernel (compiled once, whatever the grid), its parameters' packer and its
+        largest grid, for operands stored as ``stored`` (an array's dtype, or ``None`` for a
+        scalar, passed as its ``zeros`` entry's type) and loaded as ``loaded`` (the types of
+        ``zeros``)."""
         key = (runtime.ordinal, stored, loaded, out_dtype)
         found = self._kernels.get(key)
         if found is None:
-            ops = tuple(_Hole(k, z.dtype if d is None else d, d is not None)
-                        for k, (d, z) in enumerate(zip(stored, zeros)))
-            k = len(ops)
-            params = (ops, _Hole(k, np.dtype(np.int64), False), _Hole(k + 1, self.acc, False),
-                      _Hole(k + 2, np.dtype(np.bool_), False), _Hole(k + 3, out_dtype, True),
-                      _Hole(k + 4, self.partial_dtype, True), _Hole(k + 5, np.dtype(np.float64), True),
-                      _Core(_Hole(k + 6, np.dtype(np.uint32), True), 1, (), ()))  # (atomics take arrays)
-            body = template(self._value, self._combine, zeros, self.acc, out_dtype.type, self.compensated)
-            argtypes = tuple(_numba_type(p) for p in params)
-            with runtime.current():
-                kernel = loaded_kernel(cuda.jit(body).compile(argtypes))
-            found = self._kernels[key] = (kernel, Packer(params).packer())
+            with self._lock:
+                found = self._kernels.get(key)
+                if found is None:
+                    found = self._kernels[key] = self._compile(runtime, stored, out_dtype, zeros)
         return found
+
+    def _compile(self, runtime: Runtime, stored: tuple[np.dtype | None, ...], out_dtype: np.dtype,
+                 zeros: tuple[Any, ...]) -> tuple[Any, Any, int]:
+        ops = tuple(_Hole(k, z.dtype if d is None else d, d is not None)
+                    for k, (d, z) in enumerate(zip(stored, zeros)))
+        k = len(ops)
+        params = (ops, _Hole(k, np.dtype(np.int64), False), _Hole(k + 1, self.acc, False),
+                  _Hole(k + 2, np.dtype(np.bool_), False), _Hole(k + 3, out_dtype, True),
+                  _Hole(k + 4, self.partial_dtype, True), _Hole(k + 5, np.dtype(np.float64), True),
+                  _Core(_Hole(k + 6, np.dtype(np.uint32), True), 1, (), ()))  # (atomics take arrays)
+        body = template(self._value, self._combine, zeros, self.acc, out_dtype.type, self.compensated)
+        argtypes = tuple(_numba_type(p) for p in params)
+        with runtime.current():
+            compiled = cuda.jit(body).compile(argtypes)
+            per_sm = _resident_blocks(compiled, runtime.multiprocessors)
+            return loaded_kernel(compiled), Packer(params).packer(), per_sm * runtime.multiprocessors
+
+
+def _resident_blocks(compiled: Any, multiprocessors: int) -> int:
+    """The blocks of ``compiled`` (a loaded ``cuda.jit`` overload) that one multiprocessor
+    holds at once, up to :data:`BLOCKS_PER_SM`: fewer where its registers run out (43 a thread
+    for a float32 sum of Gaussian densities: five on an H100, where a grid of eight a
+    multiprocessor ran in two waves, 385 us at 10^8 values against 306 us in one)."""
+    if SIMULATED:
+        return BLOCKS_PER_SM
+    return max(1, min(BLOCKS_PER_SM, compiled.max_cooperative_grid_blocks(BLOCK) // multiprocessors))
 
 
 def _stored(dtype: np.dtype) -> np.dtype:
@@ -310,14 +373,14 @@ def _runtime(device: int) -> Runtime:
     return get_target("cuda").runtimes.get(device)
 
 
-_BUFFERS: dict[tuple[int, int, np.dtype], tuple[Any, Any, Any]] = {}
+_BUFFERS: dict[tuple[int, int, np.dtype], tuple[tuple[Any, ...], tuple[int, int, int]]] = {}
 _BUFFERS_LOCK = threading.Lock()
 
 
-def _buffers(runtime: Runtime, handle: int, dtype: np.dtype, blocks: int) -> tuple[Any, Any, Any]:
-    """The partial results, their compensations and the ticket of single-pass reductions on
-    the stream ``handle``: one set per stream, reused (launches on a stream run one after the
-    other, and the last block of each leaves the ticket at 0)."""
+def _buffers(runtime: Runtime, handle: int, dtype: np.dtype, blocks: int) -> tuple[int, int, int]:
+    """The addresses of the partial results, their compensations and the ticket of
+    single-pass reductions on the stream ``handle``: one set per stream, reused (launches on a
+    stream run one after the other, and the last block of each leaves the ticket at 0)."""
     key = (runtime.ordinal, handle, dtype)
     found = _BUFFERS.get(key)
     if found is None:
@@ -326,6 +389,13 @@ def _buffers(runtime: Runtime, handle: int, dtype: np.dtype, blocks: int) -> tup
         with _BUFFERS_LOCK, cupy.cuda.Device(runtime.ordinal):
             found = _BUFFERS.get(key)
             if found is None:
-                found = _BUFFERS[key] = (cupy.empty(blocks, dtype), cupy.empty(blocks, np.float64),
-                                         cupy.zeros(1, np.uint32))
-    return found
+                kept = (cupy.empty(blocks, dtype), cupy.empty(blocks, np.float64), cupy.zeros(1, np.uint32))
+                found = _BUFFERS[key] = (kept, tuple(a.data.ptr for a in kept))
+    return found[1]
+
+
+@functools.cache
+def _result_maker(dtype: np.dtype) -> Callable[[Any], Any]:
+    """``make(memory)``: the 0-d CuPy array of ``dtype`` over ``memory`` (see
+    :func:`.compat.cupy_array_maker`)."""
+    return cupy_array_maker((), dtype)
