@@ -393,8 +393,7 @@ else:
     def test_single_pass_reduction_template_combines_every_block_once(n, scalar):
         """The one-launch reduction's kernel (blocks in shared memory, the last block by its
         ticket): generic and compensated, one block and several (four at most here, with
-        blocks of 16 threads), a start combined first; operands of one loop type staged
-        together, of two each where its value is computed."""
+        blocks of 16 threads), a start combined first; operands of one loop type and of two."""
         import math
 
         from numba import cuda

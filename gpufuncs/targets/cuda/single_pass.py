@@ -36,7 +36,7 @@ from numba.np.numpy_support import from_dtype
 
 from ...scalar import as_type
 from .compat import SIMULATED, cupy_array_maker, loaded_kernel
-from .kernels import _args, _load, _row, as_type_of
+from .kernels import _args
 from .launch import Packer, _Core, _Hole, _numba_type
 from .runtime import BLOCK, Runtime
 
@@ -82,9 +82,8 @@ def template(value: Any, combine: Any, zeros: tuple[Any, ...], acc: np.dtype, ou
     def load(ops, i):
         return value(_args(ops, ops, i, (), zeros))
 
-    stage = _stager(jit, value, load, zeros)
     if compensated:
-        return _compensated_kernel(load, stage, jit(_two_sum), jit(_neumaier), out_type, acc.itemsize < 8)
+        return _compensated_kernel(load, jit(_two_sum), jit(_neumaier), out_type, acc.itemsize < 8)
     acc_type = from_dtype(acc)
 
     @jit
@@ -113,8 +112,9 @@ def template(value: Any, combine: Any, zeros: tuple[Any, ...], acc: np.dtype, ou
         total = load(ops, i if i < n else 0)  # (past the values: left out by gather's count)
         j = i + step
         staged = cuda.local.array(UNROLL, acc_type)
-        while j + (UNROLL - 1) * step < n:  # UNROLL values at a time, combined in order
-            stage(ops, staged, j, step)
+        while j + (UNROLL - 1) * step < n:  # UNROLL loads in flight before combining them, in order
+            for k in range(UNROLL):
+                staged[k] = load(ops, j + k * step)
             for k in range(UNROLL):
                 total = combine(total, staged[k])
             j += UNROLL * step
@@ -149,31 +149,7 @@ def template(value: Any, combine: Any, zeros: tuple[Any, ...], acc: np.dtype, ou
     return kernel
 
 
-def _stager(jit: Callable[[Any], Any], value: Any, load: Any, zeros: tuple[Any, ...]) -> Any:
-    """``stage(ops, staged, j, step)``: ``staged[k]`` becomes the value of element
-    ``j + k * step``, for ``k`` below :data:`UNROLL`, every element loaded before any value is
-    computed. (Loaded one by one inside the values, a value's branches kept the next load
-    waiting: a float32 sum of Gaussian densities, 1.3 TB/s.) Operands of several loop types
-    are each loaded where their value is computed (one staging array holds one type)."""
-    if len({type(z) for z in zeros}) > 1:
-        @jit
-        def stage_each(ops, staged, j, step):
-            for k in range(UNROLL):
-                staged[k] = load(ops, j + k * step)
-        return stage_each
-    kind, count = as_type_of(zeros[0]), len(zeros)
-
-    @jit
-    def stage(ops, staged, j, step):
-        loaded = cuda.local.array((count, UNROLL), kind)
-        for k in range(UNROLL):
-            _load(loaded, k, ops, ops, ops, j + k * step, ())
-        for k in range(UNROLL):
-            staged[k] = value(_row(loaded, k, ops, ops))
-    return stage
-
-
-def _compensated_kernel(load: Any, stage: Any, two_sum: Any, neumaier: Any, out_type: Any,
+def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, out_type: Any,
                         grouped: bool) -> Callable[..., None]:
     """The kernel of a compensated floating sum (see the module's docstring); ``grouped``:
     :data:`UNROLL` values added in float64 before each compensated step (values narrower
@@ -207,8 +183,9 @@ def _compensated_kernel(load: Any, stage: Any, two_sum: Any, neumaier: Any, out_
         total = comp = wide(0)
         j = block * BLOCK + tid
         staged = cuda.local.array(UNROLL, types.float64)
-        while j + (UNROLL - 1) * step < n:  # UNROLL values at a time, added in order
-            stage(ops, staged, j, step)
+        while j + (UNROLL - 1) * step < n:  # UNROLL loads in flight before adding them, in order
+            for k in range(UNROLL):
+                staged[k] = wide(load(ops, j + k * step))
             if grouped:
                 group = staged[0]
                 for k in range(1, UNROLL):
