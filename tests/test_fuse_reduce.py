@@ -326,6 +326,39 @@ def test_a_long_reduction_in_pieces_is_exact_and_the_same_on_every_target():
         np.testing.assert_allclose(result, want, rtol=1e-12)
 
 
+def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypatch):
+    """``auto`` spreads the pieces of a long reduction over the cores, as ``parallel`` does
+    (it would otherwise take ``cpu`` for a kernel of strided cores); a reduction to one value
+    short of the pieces is one loop element, which ``parallel`` runs on one core (its threads
+    would have nothing to share); a reduction of rows keeps ``parallel``."""
+    from gpufuncs.dispatch.kernel import Kernel
+    from gpufuncs.fuse.reduction import SPLIT
+
+    targets: list[str] = []
+    call = Kernel.__call__
+
+    def recorded(self, *args, **kwargs):
+        targets.append(kwargs.get("target", "auto"))
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(Kernel, "__call__", recorded)
+    f = gf.fuse(lambda a: (a * a).sum())
+    rows = gf.fuse(lambda a: (a * a).sum(axis=1))
+    long, short = np.linspace(-1, 1, SPLIT + 5), np.linspace(-1, 1, SPLIT - 5)
+    expected = {"auto": ["parallel", "parallel"], "cpu": ["cpu", "cpu"], "parallel": ["parallel", "parallel"]}
+    for target, seen in expected.items():  # (the pieces, then the rest of 5 values)
+        targets.clear()
+        np.testing.assert_allclose(f(long, target=target), f.func(long), rtol=1e-12)
+        assert targets == seen
+    for target in ("auto", "cpu", "parallel"):
+        targets.clear()
+        f(short, target=target)
+        assert targets == ["cpu" if target == "parallel" else target]
+    targets.clear()
+    rows(long[:SPLIT].reshape(4, -1), target="parallel")
+    assert targets == ["parallel"]
+
+
 def test_check_fused_checks_reductions_within_numpys_summation_error():
     """check_fused draws arguments (infinities and NaN included) and bounds a compensated sum's
     distance from NumPy's pairwise one by NumPy's own error; an integer or a maximum exactly."""
