@@ -53,6 +53,8 @@ RATIO_TABLES = (
     ("fpflags-h100", "floating-point check (np.errstate), H100", "sync_ratio", UNCHECKED, NORMAL),
     ("cpu_fuse", "Fusion (gf.fuse) of clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1), 2-core CI machine "
      "(target cpu)", "fused/unfused", "the same calls unfused"),
+    ("cpu-parallel_fuse", "Fusion (gf.fuse) of the same chain, 2-core CI machine (target parallel; "
+     "numexpr on both cores)", "fused/numexpr", "numexpr"),
     ("cpu-16core-parallel_fuse", "Fusion (gf.fuse) of the same chain, 16-core host of the GPU machine "
      "(target parallel)", "fused/unfused", "the same calls unfused"),
     ("cpu_loglik", "A fused reduction: np.log(gaussian(x, mu, s)).sum(), float32, 2-core CI machine "
