@@ -97,6 +97,13 @@ else:
 
     RNG = np.random.default_rng(7)
 
+    @pytest.fixture(autouse=True)
+    def _same_values_in_any_order():
+        """Each test draws its values from a generator of its own, seeded alike: its data do not
+        depend on which tests ran before it in the same worker."""
+        global RNG
+        RNG = np.random.default_rng(7)
+
     def values(shape, dtype=np.float32):
         return RNG.normal(scale=2.0, size=shape).astype(dtype)
 
