@@ -127,10 +127,17 @@ def _host_loop(kernel: Kernel, dtype: np.dtype, requested: Any) -> tuple[np.dtyp
                         f"loops: {', '.join(kernel.types)}")
     if kernel.spec.lazy:  # the loop a call with two such inputs adds
         kernel.learn_loop([dtype, dtype], requested)
-    found = kernel.resolve_loop([dtype, dtype], requested)
+    return _host_loop_of(kernel.spec, dtype, None if requested is None else np.dtype(requested))
+
+
+@functools.lru_cache(maxsize=256)
+def _host_loop_of(spec: KernelSpec, dtype: np.dtype, requested: np.dtype | None) -> tuple[np.dtype, np.dtype]:
+    """:func:`_host_loop` for a spec (a lazy kernel's changes with each loop it learns) and
+    dtypes: decided once (most of a small reduction's time was this resolution)."""
+    found = resolve_loop(spec, [dtype, dtype], requested)
     loop, result = found.compiled.inputs[0], found.outputs[0]
     if not np.can_cast(dtype, result, "same_kind"):
-        raise TypeError(f"{kernel.__name__}: cannot cast the input from {dtype} to the {result} "
+        raise TypeError(f"{spec.name}: cannot cast the input from {dtype} to the {result} "
                         "loop with casting='same_kind'")
     return loop, result
 
@@ -235,8 +242,8 @@ def at(kernel: Kernel, array: np.ndarray, indices: Any, b: Any, target: str = "a
 
 def _reduces_nothing(kernel: Kernel, array: np.ndarray, axis: Any) -> bool:
     """Whether some reduced axis is empty (then NumPy starts from the identity)."""
-    if array.ndim == 0:
-        return False  # NumPy reduces a 0-d array to its value, whatever axis 0 or -1 means
+    if array.ndim == 0 or 0 not in array.shape:
+        return False  # (NumPy reduces a 0-d array to its value, whatever axis 0 or -1 means)
     axes = range(array.ndim) if axis is None else _numpy(
         kernel, "reduce", lambda: normalize_axis_tuple(axis, array.ndim))
     return any(array.shape[ax] == 0 for ax in axes)
