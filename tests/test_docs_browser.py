@@ -15,15 +15,13 @@ import functools
 import http.server
 import os
 import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from docsite import build_site
 
-ROOT = Path(__file__).resolve().parent.parent
 #: Executables tried in this order (Debian's headless shell first: the smallest).
 CHROMIUMS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome-stable",
              "google-chrome")
@@ -90,11 +88,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def site(root: Path) -> Path:
     built = root / "gpufuncs"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-                           str(ROOT / "mkdocs.yml"), "--site-dir", str(built)],
-                          cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    build_site(built)
     return built
 
 

@@ -328,23 +328,32 @@ def test_a_long_reduction_in_pieces_is_exact_and_the_same_on_every_target():
 
 def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypatch):
     """``auto`` spreads the pieces of a long reduction over the cores, as ``parallel`` does
-    (it would otherwise take ``cpu`` for a kernel of strided cores); a reduction to one value
-    short of the pieces is one loop element, which ``parallel`` runs on one core (its threads
-    would have nothing to share); a reduction of rows keeps ``parallel``."""
+    (it would otherwise measure the call by its 64 loop elements and take ``cpu``); a reduction
+    to one value short of the pieces is one loop element, which ``parallel`` runs on the serial
+    loop (its threads would have nothing to share); a reduction of rows keeps the threaded loop."""
     from gpufuncs.dispatch.kernel import Kernel
     from gpufuncs.fuse.reduction import SPLIT
+    from gpufuncs.targets.cpu import CpuKernel
 
     targets: list[str] = []
-    call = Kernel.__call__
+    loops: list[str] = []
+    call, compile_loop = Kernel.__call__, CpuKernel.compile_loop
 
     def recorded(self, *args, **kwargs):
         targets.append(kwargs.get("target", "auto"))
         return call(self, *args, **kwargs)
 
+    def compiled(self, dispatcher, argtypes):
+        loops.append(dispatcher.py_func.__name__)
+        return compile_loop(self, dispatcher, argtypes)
+
     monkeypatch.setattr(Kernel, "__call__", recorded)
+    monkeypatch.setattr(CpuKernel, "compile_loop", compiled)
     f = gf.fuse(lambda a: (a * a).sum())
     rows = gf.fuse(lambda a: (a * a).sum(axis=1))
     long, short = np.linspace(-1, 1, SPLIT + 5), np.linspace(-1, 1, SPLIT - 5)
+    f(short, target="parallel")  # (the first call: its loop is compiled now)
+    assert targets == ["parallel"] and loops == ["body"]
     expected = {"auto": ["parallel", "parallel"], "cpu": ["cpu", "cpu"], "parallel": ["parallel", "parallel"]}
     for target, seen in expected.items():  # (the pieces, then the rest of 5 values)
         targets.clear()
@@ -353,10 +362,10 @@ def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypa
     for target in ("auto", "cpu", "parallel"):
         targets.clear()
         f(short, target=target)
-        assert targets == ["cpu" if target == "parallel" else target]
-    targets.clear()
+        assert targets == [target]
+    loops.clear()
     rows(long[:SPLIT].reshape(4, -1), target="parallel")
-    assert targets == ["parallel"]
+    assert loops and all(name.startswith("parallel") for name in loops), loops
 
 
 def test_check_fused_checks_reductions_within_numpys_summation_error():

@@ -310,13 +310,8 @@ class ReducingPart:
         if on_device:
             kernel = self._kernel(arrays, on_device=True)
             return self._combine_rows(in_pieces(kernel, operands, arrays, options, r.dtype), len(kept))
-        one_row = math.prod(shape[d] for d in kept) == 1
-        if math.prod(shape[d] for d in reduced) >= SPLIT and one_row:
+        if math.prod(shape[d] for d in reduced) >= SPLIT and math.prod(shape[d] for d in kept) == 1:
             return np.reshape(self._split(operands, arrays, options), [shape[d] for d in kept])
-        if one_row and options.get("target") == "parallel":
-            # One loop element: nothing for the threads to share, which Numba's parallel
-            # gufunc wakes all the same (the same compiled body on cpu: the same bits).
-            options = {**options, "target": "cpu"}
         result = self._host_kernel(operands, arrays)(*operands, **options)
         if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
             result = _reduce_trailing(r, result, len(kept))
@@ -387,8 +382,8 @@ class ReducingPart:
         if n < PIECES:
             return self._combine([self._host_kernel(operands, arrays)(*operands, **options)])
         if options.get("target", "auto") == "auto":
-            # The pieces are there for the cores: ``auto`` alone would take ``cpu`` for a kernel
-            # of strided cores (see targets.cpu.auto_host_target), one core of many.
+            # The pieces are there for the cores: ``auto`` alone measures a generalized kernel's
+            # call by its loop elements, 64 pieces here, and takes ``cpu`` below ALWAYS_CPU.
             options = {**options, "target": "parallel"}
         size = n // PIECES
         pieces = [cut(v, -1, PIECES, size) if a else v for v, a in zip(operands, arrays)]

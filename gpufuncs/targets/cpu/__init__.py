@@ -504,8 +504,10 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
 def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
     loop, masked, threaded = compiled.loops(plan.loop)
-    run = masked if plan.where is not None else threaded if parallel else loop
     n = plan.size
+    # One loop element (a fused reduction to one value) leaves the threads nothing to share,
+    # and Numba's parallel loop wakes them all the same: the serial loop, the same bits.
+    run = masked if plan.where is not None else threaded if parallel and n > 1 else loop
     ints = _int_scalars(plan)
     # Arrays as the loop takes them: ``(n, *core)`` (``(n,)`` without core dimensions), a
     # ``()`` output as ``(n, 1)``; ``None`` where the array already has that shape.
