@@ -4,7 +4,7 @@ Run ``python benchmarks/bench_multigpu.py`` on a machine with two or more GPUs (
 
 * **host**: gaussian float32 on ``--n`` host elements (default 10^9) with ``device="all"``
   against ``device=0``, their repetitions interleaved (:func:`harness.measure_pair`); each call
-  makes its result, as a user's call does; target >= 1.7x on two GPUs;
+  makes its result, as a user's call does; target: at least 0.9 of the ceiling's gain;
 * **ceiling**: the bytes the host case moves (``4 * --n`` each way), as pinned copies in both
   directions at once split over every GPU, against the same on GPU 0: the most ``device="all"``
   can gain on host arrays on this machine, since their every byte crosses its memory and PCIe;
@@ -65,7 +65,8 @@ def host_case(n: int, repeat: int) -> dict[str, Any]:
                               lambda: gf.gaussian(x, X0, SIGMA, target="cuda", device=0),
                               warmup=1, repeat=repeat)
     return {"case": "host gaussian float32, device='all' vs device=0", "n": n, "gpus": device_count(),
-            "seconds_all": every, "seconds_one": one, "speedup": one / every, "target": ">= 1.7"}
+            "seconds_all": every, "seconds_one": one, "speedup": one / every,
+            "target": ">= 0.9 of the ceiling"}
 
 
 def ceiling_case(nbytes: int, gpus: list[int], repeat: int) -> dict[str, Any]:
