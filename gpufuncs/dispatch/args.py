@@ -25,13 +25,27 @@ def overrides_array_ufunc(cls: type) -> bool:
     return method is not None and method is not np.ndarray.__array_ufunc__
 
 
-def _device_arrays(cls: type) -> tuple[DeviceArrays | None, bool]:
+def _classify(cls: type) -> tuple[DeviceArrays | None, bool]:
     """The device target that recognises ``cls``, and whether every instance is its array."""
     for arrays in DEVICE_ARRAYS:
         verdict = arrays.classify(cls)
         if verdict is not False:
             return arrays, bool(verdict)
     return None, False
+
+
+#: ``type -> (device target or None, whether every instance is its array)`` of the types seen
+#: so far: a classification reads only the class (several ``issubclass`` and ``hasattr`` calls,
+#: which a reduction of a CuPy array asked twice per call).
+_CLASSIFIED: dict[type, tuple[DeviceArrays | None, bool]] = {}
+
+
+def _device_arrays(cls: type) -> tuple[DeviceArrays | None, bool]:
+    """:func:`_classify`, once per class."""
+    found = _CLASSIFIED.get(cls)
+    if found is None:
+        found = _CLASSIFIED[cls] = _classify(cls)
+    return found
 
 
 #: The key of a host array: read by one C call, no Python frame. NumPy's own class needs no

@@ -137,6 +137,11 @@ if not SIMULATED:
             return lambda vals, k, full, rest, srest, i, shape: None
         j = len(full) - len(rest)  # a compile-time constant of this specialization
         cast = vals.dtype
+        if isinstance(rest[0], types.Number | types.Boolean):
+            # A scalar is not staged (see _row): the same value for every element, which the
+            # compiler then knows, and hoists what depends on it alone (gaussian's 1 / sigma).
+            return lambda vals, k, full, rest, srest, i, shape: _load(vals, k, full, rest[1:], srest[1:], i,
+                                                                      shape)
 
         def impl(vals, k, full, rest, srest, i, shape):
             vals[j, k] = cast(_at(rest[0], srest[0], i, shape))
@@ -149,6 +154,9 @@ if not SIMULATED:
         if len(rest) == 0:
             return lambda vals, k, full, rest: ()
         j = len(full) - len(rest)
+        if isinstance(rest[0], types.Number | types.Boolean):  # not staged: cast where used
+            cast = vals.dtype
+            return lambda vals, k, full, rest: (cast(rest[0]),) + _row(vals, k, full, rest[1:])
         return lambda vals, k, full, rest: (vals[j, k],) + _row(vals, k, full, rest[1:])
 
     @overload(_args, inline="always")
