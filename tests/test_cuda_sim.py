@@ -466,6 +466,43 @@ else:
         assert abs(float(out[0]) - exact) <= abs(float(np.float32(exact)) - exact) + grouped
         assert abs(float(out[0]) - exact) <= abs(float(np.sum(x)) - exact)
 
+    @pytest.mark.parametrize("compensated", [False, True], ids=["combined", "compensated"])
+    def test_single_pass_finish_is_applied_to_the_value_rounded_to_its_dtype(compensated):
+        """A reduction kernel's finish runs in the last block, on the one value rounded to the
+        accumulation dtype (float32 here), as a call on the stored result would see it, and the
+        stored value is the finish's (float64 here)."""
+        from numba import cuda
+
+        from gpufuncs.targets.cuda import single_pass as sp
+        from gpufuncs.targets.cuda.compat import SimPointer
+        from gpufuncs.targets.cuda.compose import device_function
+
+        def value(args):
+            return np.float32(args[0])
+
+        def combine(a, b):
+            return np.float32(a + b)
+
+        def finish(r):  # (float32 in: its rounding shows in the float64 out)
+            return np.float64(r) / 3.0
+
+        x = np.random.default_rng(5).uniform(0, 1, 300).astype(np.float32)
+        body = sp.template(device_function(value), None if compensated else device_function(combine),
+                           (np.float32(0),), np.dtype(np.float32), np.float64, compensated,
+                           device_function(finish))
+        out, ticket = np.zeros(1), np.zeros(1, np.uint32)
+        partials, comps = np.zeros(4), np.zeros(4)
+        cuda.jit(body)[sp.blocks_for(x.size, 4), sp.BLOCK]((SimPointer(x.ctypes.data, x.dtype),), x.size,
+                                                          np.float32(0), False, out, partials, comps, ticket)
+        unfinished = np.zeros(1, np.float32)
+        plain = sp.template(device_function(value), None if compensated else device_function(combine),
+                            (np.float32(0),), np.dtype(np.float32), np.float32, compensated)
+        cuda.jit(plain)[sp.blocks_for(x.size, 4), sp.BLOCK]((SimPointer(x.ctypes.data, x.dtype),), x.size,
+                                                           np.float32(0), False, unfinished, partials,
+                                                           comps, ticket)
+        assert out[0] == np.float64(unfinished[0]) / 3.0  # bit for bit
+        assert out[0] != np.float64(float(np.sum(x, dtype=np.float64))) / 3.0  # the float32 rounding shows
+
     def test_collapse_merges_what_every_operand_steps_through_evenly():
         # C-contiguous (3, 4) with a broadcast row vector: only the inner dimension merges.
         assert collapse((3, 4), [[4, 1], [0, 1]]) == ((3, 4), [(4, 1), (0, 1)])

@@ -218,3 +218,27 @@ def test_reduction_kernels_keep_device_arrays_on_the_device():
     out = cp.empty(3)
     assert l2norm(d, axis=0, out=out) is out
     np.testing.assert_allclose(out.get(), np.linalg.norm(x, axis=0), rtol=1e-14)
+
+
+@gf.reduction(combine=np.add, identity=0, finish=np.sqrt)
+def rms_like(x):
+    return x * x
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("kernel", [l2norm, rms_like], ids=["math.sqrt", "np.sqrt"])
+def test_a_finish_in_the_one_launch_is_the_finish_applied_after(kernel, dtype):
+    """On a whole CuPy array the finish runs in the reduction's own launch: the same bits and
+    dtype as the finish applied to the unfinished result, as a host call gives them."""
+    cp = pytest.importorskip("cupy")
+    x = (np.random.default_rng(3).standard_normal(100_003) * 40).astype(dtype)
+    d = cp.asarray(x)
+    got = kernel(d)
+    expected = kernel.finished(kernel.reduced(d))
+    assert isinstance(got, cp.ndarray) and got.shape == () and got.dtype == expected.dtype
+    assert got.dtype == np.asarray(kernel(x, target="cpu")).dtype
+    assert got.tobytes() == expected.tobytes()
+    rtol = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(got.get(), kernel(x, target="cpu"), rtol=rtol)
+    assert kernel(d, keepdims=True).shape == (1,)

@@ -20,10 +20,10 @@ from numba.np.numpy_support import from_dtype
 
 from ..dispatch import Kernel
 from ..dispatch.lazy import call_loop, loop_for
-from ..errors import KernelDefinitionError
+from ..errors import FusionError, KernelDefinitionError
 from ..spec import KernelSpec, kernel_spec, parse_loop
 from . import Fused, _dtype_of
-from .reduction import ASSOCIATIVE, NAMED
+from .reduction import ASSOCIATIVE, NAMED, Finishing, ReducingPart
 
 
 class ReductionKernel:
@@ -52,12 +52,16 @@ class ReductionKernel:
         self._combine = _Part(combine, name, "combine", identity)
         self.map, self.combine, self.finish, self.identity = map, combine, finish, identity
         self._fused: dict[tuple[Any, ...], Fused] = {}
+        self._finishings: dict[np.dtype, Finishing] = {}
 
     def __call__(self, *args: Any, axis: Any = None, keepdims: bool = False, out: Any = None,
                  **options: Any) -> Any:
         """Reduce ``args`` mapped over ``axis``, finished; see the class docstring."""
         if self._finish is None:
             return self.reduced(*args, axis=axis, keepdims=keepdims, out=out, **options)
+        if out is None:  # finished by the reduction: in its launch, where it is one on the GPU
+            part = self._part(args)
+            return part(args, {**options, "out": None}, axis, keepdims, self._finishing(part.reduction.dtype))
         result = self.reduced(*args, axis=axis, keepdims=keepdims, **options)
         if out is not None and tuple(out.shape) != np.shape(result):
             raise ValueError(f"reduction {self.__name__!r}: out= has shape {tuple(out.shape)}, the "
@@ -67,9 +71,7 @@ class ReductionKernel:
     def reduced(self, *args: Any, axis: Any = None, keepdims: bool = False, out: Any = None,
                 **options: Any) -> Any:
         """The reduction before its finishing step (the same keywords as a call)."""
-        fused = self._fused_for(args)
-        (part,) = fused.checked(args).reductions
-        return part(args, {**options, "out": out}, axis, keepdims)
+        return self._part(args)(args, {**options, "out": out}, axis, keepdims)
 
     def finished(self, result: Any, out: Any = None) -> Any:
         """The finishing step applied to ``result`` (a reduction's), into ``out`` if given."""
@@ -91,6 +93,31 @@ class ReductionKernel:
         combine = self._combine.typed((values.dtype, values.dtype))
         reduced = combine.reduce(values, axis=axis, keepdims=keepdims)
         return self.finished(reduced) if finish else reduced
+
+    def _part(self, args: tuple[Any, ...]) -> ReducingPart:
+        """The fused reduction's one part for ``args`` (their Python ints checked)."""
+        (part,) = self._fused_for(args).checked(args).reductions
+        return part
+
+    def _finishing(self, dtype: np.dtype) -> Finishing:
+        """The finishing step for results of ``dtype``: :meth:`finished`, and the same as an
+        elementwise kernel (the finish as a fused function of one argument computes it, with
+        NumPy's dtypes), or ``None`` where the finish cannot be fused."""
+        found = self._finishings.get(dtype)
+        if found is None:
+            step = self._finish.typed((dtype,))
+
+            def finish(result: Any) -> Any:
+                return step(result)
+
+            finish.__name__ = finish.__qualname__ = f"{self.__name__}_finish"
+            try:
+                (part,) = Fused(finish).checked((dtype.type(0),)).parts
+                kernel = part.kernel
+            except FusionError:  # (it is applied after the reduction instead)
+                kernel = None
+            found = self._finishings[dtype] = Finishing(self.finished, kernel)
+        return found
 
     def _fused_for(self, args: tuple[Any, ...]) -> Fused:
         """The fused reduction for arguments of ``args``' dtypes: ``combine.reduce(map(*args))``

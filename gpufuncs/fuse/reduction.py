@@ -258,6 +258,16 @@ def _axes(axis: tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
     return normalized
 
 
+@dataclass(frozen=True)
+class Finishing:
+    """A reduction kernel's finishing step for results of one dtype: ``apply(result)`` runs
+    it on a computed result; ``kernel``, an elementwise kernel of one argument (or ``None``),
+    computes the same step, and the one-launch GPU reduction runs it in its last block."""
+
+    apply: Callable[[Any], Any]
+    kernel: Kernel | None
+
+
 class ReducingPart:
     """One returned reduction, computed by a kernel per choice of which arguments are arrays."""
 
@@ -269,12 +279,14 @@ class ReducingPart:
         self._kernels: dict[tuple[tuple[bool, ...], bool, bool, bool], Kernel] = {}
         #: The elementwise kernel of the values reduced (see ``Fused.reduced``).
         self.values: Kernel | None = None
-        self._one_launch: Any = None  # the single-pass GPU reduction, made on first use
+        #: The single-pass GPU reductions, made on first use: by the finish they apply (or None).
+        self._one_launch: dict[Kernel | None, Any] = {}
 
     def __call__(self, args: tuple[Any, ...], options: dict[str, Any], axis: Any = _ABSENT,
-                 keepdims: bool | None = None) -> Any:
+                 keepdims: bool | None = None, finishing: Finishing | None = None) -> Any:
         """The reduction of a call with ``args``; ``axis`` and ``keepdims``, where given,
-        in place of the traced ones (a reduction kernel's call gives its own)."""
+        in place of the traced ones (a reduction kernel's call gives its own), finished by
+        ``finishing`` where it is given (not with ``out=``)."""
         r = self.reduction
         values = [args[i] for i in self.arguments]
         arrays = tuple(not _is_scalar(v) for v in values)
@@ -292,13 +304,16 @@ class ReducingPart:
         out = options.pop("out", None)
         self._refuse_subclasses(values)
         on_device = self._on_device(values, options)
+        # The finish in the one launch where there is one (a launch less), else applied after.
+        fold = None if finishing is None or r.name == "mean" or r.dtype.kind == "b" else finishing.kernel
         if not on_device and _by_columns(values, arrays, shape, reduced):
-            result = self._columns(values, arrays, shape, kept, reduced[0], options)
-            return self._finish(result, count, axes, shape, keepdims, out)
-        result = self._in_one_launch(values, arrays, shape, kept, options) if on_device else None
-        if result is None:
-            result = self._by_cores(values, arrays, shape, kept, reduced, options, on_device)
-        return self._finish(result, count, axes, shape, keepdims, out)
+            result, fold = self._columns(values, arrays, shape, kept, reduced[0], options), None
+        else:
+            result = self._in_one_launch(values, arrays, shape, kept, options, fold) if on_device else None
+            if result is None:
+                result, fold = self._by_cores(values, arrays, shape, kept, reduced, options, on_device), None
+        result = self._finish(result, count, axes, shape, keepdims, out)
+        return result if finishing is None or fold is not None else finishing.apply(result)
 
     def _by_cores(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
                   kept: list[int], reduced: list[int], options: dict[str, Any], on_device: bool) -> Any:
@@ -328,11 +343,12 @@ class ReducingPart:
         return self._host_kernel(operands, arrays, columns=True)(*operands, **options)
 
     def _in_one_launch(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
-                       kept: list[int], options: dict[str, Any]) -> Any:
+                       kept: list[int], options: dict[str, Any], finish: Kernel | None = None) -> Any:
         """A reduction to one value of C-contiguous CuPy arrays of the whole shape (and
         scalars) in one launch (see :mod:`gpufuncs.targets.cuda.single_pass`), as a 0-d CuPy
-        array; ``None`` where that does not apply (it takes the pieces instead, as a call
-        with ``stream=`` or ``device=`` does: the one launch runs on the current stream)."""
+        array, ``finish`` (an elementwise kernel of one argument) applied to it where given;
+        ``None`` where that does not apply (it takes the pieces instead, as a call with
+        ``stream=`` or ``device=`` does: the one launch runs on the current stream)."""
         r, n = self.reduction, math.prod(shape)
         if r.dtype.kind == "c" or n == 0 or math.prod(shape[d] for d in kept) != 1 or self.values is None:
             return None
@@ -343,14 +359,17 @@ class ReducingPart:
             if a and not (library_of(type(v)) == "cupy" and tuple(v.shape) == shape and v.dtype == dtype
                           and v.flags.c_contiguous):
                 return None
-        if self._one_launch is None:
-            self._one_launch = _single_pass(r, self.values)
+        launch = self._one_launch.get(finish)
+        if launch is None:
+            launch = self._one_launch[finish] = _single_pass(r, self.values, finish)
         operands = [v if a else _scalar(v) for v, a in zip(values, arrays)]
         # A reduction by a combining kernel starts from its identity, as NumPy's does
         # (np.hypot.reduce([-3.0]) is 3.0); the others' first values are what an identity gives.
         start = r.start if r.name == "reduce" else None
         kept = _kept_as(r.dtype)
-        result = self._one_launch(operands, tuple(d.type(0) for d in loop), n, kept, start)
+        if finish is not None:  # (its output's dtype: a reduction of booleans is not finished here)
+            return launch(operands, tuple(d.type(0) for d in loop), n, finish.spec.loops[0].outputs[0], start)
+        result = launch(operands, tuple(d.type(0) for d in loop), n, kept, start)
         return result if kept == r.dtype else result.view(r.dtype)
 
     def _refuse_subclasses(self, values: list[Any]) -> None:
@@ -504,10 +523,11 @@ def _by_columns(values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, .
     return abs(first.strides[-1]) < abs(first.strides[reduced[0]])
 
 
-def _single_pass(r: Reduction, values: Kernel) -> Any:
+def _single_pass(r: Reduction, values: Kernel, finish: Kernel | None = None) -> Any:
     """The one-launch GPU reduction of ``r`` of the values that ``values`` computes: each
     value cast to the accumulation dtype (truth for ``any``/``all``), combined by ``r``'s
-    step (floating sums and means: compensated, see the single-pass module)."""
+    step (floating sums and means: compensated, see the single-pass module), ``finish``
+    applied to the result where given."""
     from ..targets.cuda.single_pass import SinglePass
 
     kind = _kept_as(r.dtype).type
@@ -517,7 +537,13 @@ def _single_pass(r: Reduction, values: Kernel) -> Any:
     else:
         def value(args):
             return kind(values(*args))
-    return SinglePass(value, _step(r), _kept_as(r.dtype))
+    if finish is None:
+        return SinglePass(value, _step(r), _kept_as(r.dtype))
+
+    def finished(result):
+        return finish(result)
+
+    return SinglePass(value, _step(r), _kept_as(r.dtype), finished)
 
 
 def _kept_as(dtype: np.dtype) -> np.dtype:

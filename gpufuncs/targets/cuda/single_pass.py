@@ -72,18 +72,28 @@ def _neumaier(s: float, c: float, v: float) -> tuple[float, float]:
 
 
 def template(value: Any, combine: Any, zeros: tuple[Any, ...], acc: np.dtype, out_type: Any,
-             compensated: bool) -> Callable[..., None]:
+             compensated: bool, finish: Any = None) -> Callable[..., None]:
     """The kernel: ``value`` (a device function of the tuple of operands at an element, cast
     to ``acc``) combined by ``combine``; ``compensated``: a floating sum in float64 pairs
-    ``(sum, compensation)`` instead (``combine`` unused, may be ``None``)."""
+    ``(sum, compensation)`` instead (``combine`` unused, may be ``None``). The one value is
+    stored as ``out_type``; where ``finish`` (a device function of one value) is given, it is
+    applied to the value rounded to ``acc`` first, as a call on the stored result would be."""
     jit = (lambda f: f) if SIMULATED else cuda.jit(device=True, forceinline=True)
 
     @jit
     def load(ops, i):
         return value(_args(ops, ops, i, (), zeros))
 
+    kept = acc.type
+    if finish is None:
+        def final(result):
+            return as_type(result, out_type(0))
+    else:
+        def final(result):
+            return as_type(finish(as_type(result, kept(0))), out_type(0))
+    final = jit(final)
     if compensated:
-        return _compensated_kernel(load, jit(_two_sum), jit(_neumaier), out_type, acc.itemsize < 8)
+        return _compensated_kernel(load, jit(_two_sum), jit(_neumaier), final, acc.itemsize < 8)
     acc_type = from_dtype(acc)
 
     @jit
@@ -143,17 +153,17 @@ def template(value: Any, combine: Any, zeros: tuple[Any, ...], acc: np.dtype, ou
                 result = vals[0]
                 if starts:
                     result = combine(start, result)
-                out[0] = as_type(result, out_type(0))
+                out[0] = final(result)
                 ticket[0] = 0
 
     return kernel
 
 
-def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, out_type: Any,
+def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, final: Any,
                         grouped: bool) -> Callable[..., None]:
-    """The kernel of a compensated floating sum (see the module's docstring); ``grouped``:
-    :data:`UNROLL` values added in float64 before each compensated step (values narrower
-    than float64)."""
+    """The kernel of a compensated floating sum (see the module's docstring), storing
+    ``final(sum)``; ``grouped``: :data:`UNROLL` values added in float64 before each
+    compensated step (values narrower than float64)."""
     wide = np.float64
 
     def tree(vals, comps, tid, total, comp):
@@ -217,7 +227,7 @@ def _compensated_kernel(load: Any, two_sum: Any, neumaier: Any, out_type: Any,
                 result = vals[0]
                 if abs(result) < math.inf:  # (an infinity or NaN is the sum, uncompensated)
                     result += comps[0]
-                out[0] = as_type(result, out_type(0))
+                out[0] = final(result)
                 ticket[0] = 0
 
     return kernel
@@ -238,14 +248,19 @@ class SinglePass:
         ``combine(a, b) -> acc``; ``None`` for a compensated floating sum.
     acc : numpy.dtype
         The accumulation dtype (a floating sum's partial sums are float64 whatever it is).
+    finish : function, optional
+        ``finish(result) -> out``, applied by the last block to the one value rounded to
+        ``acc`` (a reduction kernel's finishing step, in the launch instead of one of its own).
     """
 
-    def __init__(self, value: Callable[..., Any], combine: Callable[..., Any] | None, acc: np.dtype) -> None:
+    def __init__(self, value: Callable[..., Any], combine: Callable[..., Any] | None, acc: np.dtype,
+                 finish: Callable[..., Any] | None = None) -> None:
         from .compose import device_function
 
         self.acc, self.compensated = np.dtype(acc), combine is None
         self._value = device_function(value)
         self._combine = device_function(combine) if combine is not None else None
+        self._finish = device_function(finish) if finish is not None else None
         self._launchers: dict[tuple[Any, ...], Any] = {}  # per grid too: launchers are cheap
         self._kernels: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self._runtimes: dict[int, Runtime] = {}
@@ -320,7 +335,8 @@ class SinglePass:
                   _Hole(k + 2, np.dtype(np.bool_), False), _Hole(k + 3, out_dtype, True),
                   _Hole(k + 4, self.partial_dtype, True), _Hole(k + 5, np.dtype(np.float64), True),
                   _Core(_Hole(k + 6, np.dtype(np.uint32), True), 1, (), ()))  # (atomics take arrays)
-        body = template(self._value, self._combine, zeros, self.acc, out_dtype.type, self.compensated)
+        body = template(self._value, self._combine, zeros, self.acc, out_dtype.type, self.compensated,
+                        self._finish)
         argtypes = tuple(_numba_type(p) for p in params)
         with runtime.current():
             compiled = cuda.jit(body).compile(argtypes)
