@@ -493,7 +493,34 @@ def test_one_launch_reductions_of_cupy_arrays_agree_with_numpy(func, dtype, exac
         want = np.asarray(func(a, 0.5), np.float64)
         assert np.isnan(want) == np.isnan(fused(cp.asarray(a), 0.5).get().astype(np.float64))
     (found,) = fused._compiled.values()
-    assert all(len(part._one_launch._kernels) == 1 for part in found.reductions), "a kernel per size"
+    launches = [launch for part in found.reductions for launch in part._one_launch.values()]
+    assert launches and all(len(launch._kernels) == 1 for launch in launches), "a kernel per size"
+
+
+@pytest.mark.cuda
+def test_a_call_planned_in_one_launch_reruns_only_for_arguments_like_its_own():
+    """A reduction that ran in one launch is kept as a plan for arguments like its own (class,
+    dtype, shape, contiguity, scalar types, axis, keepdims, target): later calls with new values
+    and scalars reuse it, and any other kind of call (a strided view of the same shape, another
+    dtype, keepdims, out=, a host array) decides afresh and gets NumPy's answer."""
+    cp = pytest.importorskip("cupy")
+    fused = gf.fuse(lambda a, w: (a * w).sum())
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((300, 40))
+    d = cp.asarray(x)
+    (part,) = fused.checked((d, 2.0)).reductions
+    for w in (2.0, -0.5, 3):  # a new scalar value each time (an int: a compiled part of its own)
+        np.testing.assert_allclose(float(fused(d, w)), (x * w).sum(), rtol=1e-13)
+    assert len(part._plans) == 1
+    strided = cp.asarray(np.asfortranarray(x))  # the same shape, not C-contiguous: the pieces
+    np.testing.assert_allclose(float(fused(strided, 2.0)), (x * 2).sum(), rtol=1e-13)
+    np.testing.assert_allclose(float(fused(d[:, ::2], 2.0)), (x[:, ::2] * 2).sum(), rtol=1e-13)
+    assert len(part._plans) == 1
+    np.testing.assert_allclose(fused(d, 2.0, target="cuda").get(), (x * 2).sum(), rtol=1e-13)
+    out = cp.zeros(())
+    assert fused(d, 2.0, out=out) is out and abs(float(out) - (x * 2).sum()) < 1e-9
+    assert isinstance(fused(x, 2.0), float | np.floating)  # a host array: the host's answer
+    np.testing.assert_allclose(float(fused(d * 3, 2.0)), (x * 6).sum(), rtol=1e-13)
 
 
 def _host(result):

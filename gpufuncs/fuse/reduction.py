@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from ..dispatch import Kernel
-from ..dispatch.args import describe
+from ..dispatch.args import arg_key, describe
 from ..dispatch.lazy import call_loop
 from ..dispatch.pieces import cut, in_pieces
 from ..spec import KernelSpec, parse_layout, parse_loop
@@ -234,6 +234,21 @@ SPLIT = 1 << 17
 PIECES = 64
 
 
+#: Plans kept per reducing part (one per layout of arguments); a full table is emptied.
+PLANS = 256
+
+
+def _plan_key(values: list[Any], options: dict[str, Any], axis: Any, keepdims: bool | None,
+              finishing: Finishing | None) -> tuple[Any, ...] | None:
+    """What a call with ``values`` decides on, for the plans of calls that ran in one launch:
+    each argument's key as the call path keys it (its class, dtype, shape, contiguity, and
+    device where there are several; a scalar's type), the axes and ``keepdims`` asked for,
+    the target and the finish; ``None`` for a call with ``out=`` or other options."""
+    if options.get("out") is not None or options.keys() - {"out", "target"}:
+        return None
+    return (options.get("target"), axis, keepdims, id(finishing), *map(arg_key, values))
+
+
 def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, complex, np.generic)) or (
         type(value) is np.ndarray and value.ndim == 0)
@@ -281,6 +296,10 @@ class ReducingPart:
         self.values: Kernel | None = None
         #: The single-pass GPU reductions, made on first use: by the finish they apply (or None).
         self._one_launch: dict[Kernel | None, Any] = {}
+        #: Calls that ran in one launch, by everything they decided on (see :meth:`_plan_key`):
+        #: ``run(values)`` does the launch and the steps after it (a call's CPU time is most of
+        #: a small GPU reduction's).
+        self._plans: dict[tuple[Any, ...], Callable[[list[Any]], Any]] = {}
 
     def __call__(self, args: tuple[Any, ...], options: dict[str, Any], axis: Any = _ABSENT,
                  keepdims: bool | None = None, finishing: Finishing | None = None) -> Any:
@@ -289,6 +308,13 @@ class ReducingPart:
         ``finishing`` where it is given (not with ``out=``)."""
         r = self.reduction
         values = [args[i] for i in self.arguments]
+        key = _plan_key(values, options, axis, keepdims, finishing)
+        try:
+            plan = self._plans.get(key) if key is not None else None
+        except TypeError:  # (an argument that cannot be keyed, an axis given as a list)
+            plan = key = None
+        if plan is not None:
+            return plan(values)
         arrays = tuple(not _is_scalar(v) for v in values)
         if not any(arrays):  # a reduction of scalars: of a 0-d array
             arrays = (True, *arrays[1:])
@@ -309,9 +335,21 @@ class ReducingPart:
         if not on_device and _by_columns(values, arrays, shape, reduced):
             result, fold = self._columns(values, arrays, shape, kept, reduced[0], options), None
         else:
-            result = self._in_one_launch(values, arrays, shape, kept, options, fold) if on_device else None
-            if result is None:
+            launch = self._in_one_launch(values, arrays, shape, kept, options, fold) if on_device else None
+            if launch is None:
                 result, fold = self._by_cores(values, arrays, shape, kept, reduced, options, on_device), None
+            else:
+                apply = None if finishing is None or fold is not None else finishing.apply
+
+                def plan(values: list[Any]) -> Any:
+                    done = self._finish(launch(values), count, axes, shape, keepdims, None)
+                    return done if apply is None else apply(done)
+
+                if key is not None:
+                    if len(self._plans) >= PLANS:
+                        self._plans.clear()
+                    self._plans[key] = plan
+                return plan(values)
         result = self._finish(result, count, axes, shape, keepdims, out)
         return result if finishing is None or fold is not None else finishing.apply(result)
 
@@ -343,12 +381,14 @@ class ReducingPart:
         return self._host_kernel(operands, arrays, columns=True)(*operands, **options)
 
     def _in_one_launch(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
-                       kept: list[int], options: dict[str, Any], finish: Kernel | None = None) -> Any:
+                       kept: list[int], options: dict[str, Any],
+                       finish: Kernel | None = None) -> Callable[[list[Any]], Any] | None:
         """A reduction to one value of C-contiguous CuPy arrays of the whole shape (and
-        scalars) in one launch (see :mod:`gpufuncs.targets.cuda.single_pass`), as a 0-d CuPy
-        array, ``finish`` (an elementwise kernel of one argument) applied to it where given;
-        ``None`` where that does not apply (it takes the pieces instead, as a call with
-        ``stream=`` or ``device=`` does: the one launch runs on the current stream)."""
+        scalars) in one launch (see :mod:`gpufuncs.targets.cuda.single_pass`): ``run(values)``
+        gives the 0-d CuPy array for values like these, ``finish`` (an elementwise kernel of
+        one argument) applied where given; ``None`` where that does not apply (it takes the
+        pieces instead, as a call with ``stream=`` or ``device=`` does: the one launch runs
+        on the current stream)."""
         r, n = self.reduction, math.prod(shape)
         if r.dtype.kind == "c" or n == 0 or math.prod(shape[d] for d in kept) != 1 or self.values is None:
             return None
@@ -362,15 +402,20 @@ class ReducingPart:
         launch = self._one_launch.get(finish)
         if launch is None:
             launch = self._one_launch[finish] = _single_pass(r, self.values, finish)
-        operands = [v if a else _scalar(v) for v, a in zip(values, arrays)]
         # A reduction by a combining kernel starts from its identity, as NumPy's does
         # (np.hypot.reduce([-3.0]) is 3.0); the others' first values are what an identity gives.
         start = r.start if r.name == "reduce" else None
-        kept = _kept_as(r.dtype)
-        if finish is not None:  # (its output's dtype: a reduction of booleans is not finished here)
-            return launch(operands, tuple(d.type(0) for d in loop), n, finish.spec.loops[0].outputs[0], start)
-        result = launch(operands, tuple(d.type(0) for d in loop), n, kept, start)
-        return result if kept == r.dtype else result.view(r.dtype)
+        zeros = tuple(d.type(0) for d in loop)
+        # (a finish gives its output's dtype: a reduction of booleans is not finished here)
+        stored = _kept_as(r.dtype) if finish is None else finish.spec.loops[0].outputs[0]
+        viewed = None if finish is not None or stored == r.dtype else r.dtype
+
+        def run(values: list[Any]) -> Any:
+            operands = [v if a else _scalar(v) for v, a in zip(values, arrays)]
+            result = launch(operands, zeros, n, stored, start)
+            return result if viewed is None else result.view(viewed)
+
+        return run
 
     def _refuse_subclasses(self, values: list[Any]) -> None:
         """NumPy's array subclasses reduce differently (a masked array skips its masked values,
