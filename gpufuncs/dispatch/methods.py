@@ -22,7 +22,7 @@ from ..spec import IDENTITY, KernelSpec, parse_layout, parse_loop
 from ..targets import get_target
 from ..targets.base import library_of
 from . import pieces
-from .args import defer, describe, device_arrays_of, overriding, refuse_target
+from .args import arg_key, defer, describe, device_arrays_of, overriding, refuse_target
 from .plan import resolve_loop
 
 try:
@@ -176,11 +176,20 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
     require_binary(kernel, "reduce")
     given = _given(axis=(axis, 0), dtype=(dtype, None), keepdims=(keepdims, False),
                    initial=(initial, NO_VALUE), where=(where, True))
+    key = None
+    if out is None and where is True and initial is NO_VALUE and not isinstance(array, np.ndarray):
+        key = (kernel, target, axis, dtype, keepdims, arg_key(array))
+        try:
+            plan = _PLANS.get(key)
+        except TypeError:  # (an array that cannot be keyed, an axis given as a list)
+            plan = key = None
+        if plan is not None:
+            return plan(array)
     deferred = _defer(kernel, "reduce", (array,), out, given, target)
     if deferred is not NO_VALUE:
         return deferred
     if device_arrays_of(array) is not None or target == "cuda":
-        return _device_reduce(kernel, array, axis, dtype, out, keepdims, initial, where)
+        return _device_reduce(kernel, array, axis, dtype, out, keepdims, initial, where, key)
     array = _host_array(array)
     loop, result = _host_loop(kernel, array.dtype, _requested(dtype, out))
     ufunc = _host_ufunc(kernel, target)
@@ -249,8 +258,16 @@ def _reduces_nothing(kernel: Kernel, array: np.ndarray, axis: Any) -> bool:
     return any(array.shape[ax] == 0 for ax in axes)
 
 
+#: Reductions of whole arrays that ran in one launch, by everything they decided on (the
+#: kernel, target, axis, dtype, keepdims and the array's key as the call path keys it: class,
+#: dtype, shape, contiguity, device where several): ``plan(array)`` runs the launch for an
+#: array like it (a call's CPU time is most of a small GPU reduction's). Emptied when full.
+_PLANS: dict[tuple[Any, ...], Callable[[Any], Any]] = {}
+PLANS = 256
+
+
 def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
-                   initial: Any, where: Any) -> Any:
+                   initial: Any, where: Any, key: tuple[Any, ...] | None = None) -> Any:
     """``kernel`` applied along the ``axis`` axes of a device array (or of a host array on
     ``cuda``), as :meth:`numpy.ufunc.reduce` with its keywords.
 
@@ -261,7 +278,9 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
     within rounding otherwise. ``where=`` puts the kernel's identity where it is false (a
     kernel without one is refused), ``initial`` is combined with the result as the first
     argument (NumPy's place for it), ``dtype`` picks the loop of every call, ``out=`` receives
-    the result once it is computed (checked first).
+    the result once it is computed (checked first). A call that runs in one launch is kept
+    in :data:`_PLANS` under ``key`` where one is given (a call without ``out=``, ``where=``
+    or ``initial``).
     """
     name = kernel.__name__
     shape = tuple(array.shape)
@@ -290,11 +309,14 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
     elif loop is not None:  # (the start is the first value of the last level: no launch of its own)
         start = None if not starts else loop.type(kernel.identity if initial is NO_VALUE else initial)
         if len(axes) == len(shape) and _in_one_launch(array):
-            array = _single_pass(kernel, loop)([array], (loop.type(0),), array.size, loop, start)
-        else:
-            moved = np.moveaxis(array, axes, range(-len(axes), 0))
-            array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop,
-                               start)
+            plan = _one_launch_plan(kernel, loop, start, result_shape)
+            if key is not None and out is None:
+                if len(_PLANS) >= PLANS:
+                    _PLANS.clear()
+                _PLANS[key] = plan
+            return _into(kernel, plan(array), out)
+        moved = np.moveaxis(array, axes, range(-len(axes), 0))
+        array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop, start)
         starts = False
     else:
         for ax in sorted(axes, reverse=True):  # (the axes before ``ax`` keep their numbers)
@@ -306,10 +328,29 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
         array = kernel(initial, array, **options)
     if tuple(array.shape) != result_shape:  # (a new array: no need of a view of it)
         array = array.reshape(result_shape)
+    return _into(kernel, array, out)
+
+
+def _into(kernel: Kernel, result: Any, out: Any) -> Any:
+    """``result``, or ``out`` with it copied in where ``out=`` was given."""
     if out is None:
-        return array
-    _device_copy(type(kernel))(array, out=out, target="cuda")
+        return result
+    _device_copy(type(kernel))(result, out=out, target="cuda")
     return out
+
+
+def _one_launch_plan(kernel: Kernel, loop: np.dtype, start: Any,
+                     result_shape: tuple[int, ...]) -> Callable[[Any], Any]:
+    """``plan(array)``: ``kernel`` reduced over all of ``array`` (a C-contiguous CuPy array
+    with values) in one launch from ``start``, in the loop of ``loop``, shaped as
+    ``result_shape`` (ones where ``keepdims``)."""
+    launch, zeros = _single_pass(kernel, loop), (loop.type(0),)
+
+    def plan(array: Any) -> Any:
+        result = launch([array], zeros, array.size, loop, start)
+        return result if not result_shape else result.reshape(result_shape)
+
+    return plan
 
 
 def _in_pieces_loop(kernel: Kernel, array: Any, dtype: Any) -> np.dtype | None:
