@@ -341,15 +341,15 @@ class ReducingPart:
             else:
                 apply = None if finishing is None or fold is not None else finishing.apply
 
-                def plan(values: list[Any]) -> Any:
-                    done = self._finish(launch(values), count, axes, shape, keepdims, None)
+                def plan(values: list[Any], out: Any = None) -> Any:
+                    done = self._finish(launch(values), count, axes, shape, keepdims, out)
                     return done if apply is None else apply(done)
 
-                if key is not None:
+                if key is not None:  # (a call with out= has none: see _plan_key)
                     if len(self._plans) >= PLANS:
                         self._plans.clear()
                     self._plans[key] = plan
-                return plan(values)
+                return plan(values, out)
         result = self._finish(result, count, axes, shape, keepdims, out)
         return result if finishing is None or fold is not None else finishing.apply(result)
 
