@@ -487,3 +487,14 @@ IDENTITY = KernelSpec(
     loops=tuple(parse_loop(f"{t}({t})", 1, False) for t in ("float32", "float64")),
     arg_names=("x",),
 )
+
+#: ``x -> x`` for every numeric dtype: the device copies of ``reduce`` (a result into ``out=``,
+#: an array reduced over no axis, the identity put where ``where=`` is false), which keep the
+#: array's dtype, as NumPy's do (IDENTITY's float loops would turn integers into floats).
+COPY = KernelSpec(
+    name="copy", pyfunc=_identity, layout=None, reference=None, tolerances={}, doc="x -> x",
+    loops=tuple(parse_loop(f"{t}({t})", 1, False) for t in (
+        "boolean", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+        "float32", "float64", "complex64", "complex128")),
+    arg_names=("x",),
+)

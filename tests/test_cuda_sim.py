@@ -320,6 +320,24 @@ else:
         device.copy_to_device(np.zeros_like(m))
         np.testing.assert_array_equal(to_host(single), np.abs(m[0]))  # a new array, not a view
 
+    def test_reduce_of_integer_device_arrays_keeps_integers_into_out_and_under_where():
+        """The device copies of ``reduce`` (into ``out=``, the identity under ``where=``) keep
+        the array's integer dtype, as NumPy's reduce does (a float-only copy turned int64 into
+        float64 and refused the int64 out=)."""
+        @gf.ufunc(signatures=["int64(int64, int64)"], identity=0, reference=np.add, replace=True,
+                  name="sim_int_add")
+        def int_add(a, b):
+            return a + b
+
+        m = np.arange(-7, 8, dtype=np.int64).reshape(3, 5) * 3
+        out = cuda.to_device(np.zeros(5, np.int64))
+        assert int_add.reduce(cuda.to_device(m), axis=0, out=out) is out
+        np.testing.assert_array_equal(to_host(out), m.sum(axis=0))
+        mask = (m % 2 == 0)
+        masked = int_add.reduce(cuda.to_device(m), axis=1, where=cuda.to_device(mask))
+        assert masked.dtype == np.int64
+        np.testing.assert_array_equal(to_host(masked), np.add.reduce(m, axis=1, where=mask))
+
     def test_reduce_of_host_arrays_runs_in_pieces(hypot_kernel, monkeypatch):
         """Host arrays on cuda reduce in pieces, a thread each, then the pieces' results, until
         one is left (small pieces here): every element once, in the same order every run."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 from numba.np.numpy_support import from_dtype
 
-from ..spec import IDENTITY, KernelSpec, parse_layout, parse_loop
+from ..spec import COPY, KernelSpec, parse_layout, parse_loop
 from ..targets import get_target
 from ..targets.base import library_of
 from . import pieces
@@ -499,5 +499,5 @@ def _tree(kernel: Kernel, array: Any, axis: int, options: dict[str, Any], copy_o
 
 @functools.cache
 def _device_copy(kind: type) -> Kernel:
-    """``x -> x`` as a kernel: a new device array of the input's kind (and the loop's dtype)."""
-    return kind(IDENTITY)
+    """``x -> x`` as a kernel: a new device array of the input's kind and dtype."""
+    return kind(COPY)
