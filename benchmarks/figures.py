@@ -355,9 +355,10 @@ def dask_cuda_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]
         f"{meta.get('method')}; `python benchmarks/bench_dask_cuda.py`.", "",
         f"- {kept['case']}, n = {kept['n']:.0e}: {kept['speedup']:.2f}x on two GPUs (target "
         f"{kept['target']}: {'met' if kept['speedup'] >= 1.8 else 'NOT MET'}). The graph takes "
-        f"{kept['seconds_one'] * 1e3:.3g} ms on one GPU, of which the GPUs' work is "
-        f"{work['seconds_one'] * 1e3:.2g} ms: the same graph whose tasks do nothing takes "
-        f"{floor['seconds_one'] * 1e3:.3g} ms, the scheduler's own cost (its messages wait in "
+        f"{kept['seconds_one'] * 1e3:.3g} ms on one GPU and {kept['seconds_two'] * 1e3:.3g} ms on "
+        f"two, of which the GPU work is {work['seconds_one'] * 1e3:.2g} ms on one: the same graph "
+        f"whose tasks do nothing takes {floor['seconds_one'] * 1e3:.3g} and "
+        f"{floor['seconds_two'] * 1e3:.3g} ms, the scheduler's own cost (its messages wait in "
         "batches of a few milliseconds each way), which a second GPU cannot take away.",
         f"- {carlo['case']}, n = {carlo['n']:.0e}: {carlo['speedup']:.2f}x on two GPUs, a graph of the "
         f"same shape whose work is larger than that floor ({carlo['seconds_one'] * 1e3:.3g} ms on "
