@@ -240,8 +240,8 @@ PLANS = 256
 
 def _plan_key(values: list[Any], options: dict[str, Any], axis: Any, keepdims: bool | None,
               finishing: Finishing | None) -> tuple[Any, ...] | None:
-    """What a call with ``values`` decides on, for the plans of calls that ran in one launch:
-    each argument's key as the call path keys it (its class, dtype, shape, contiguity, and
+    """What a call with ``values`` decides on, for the plans of earlier calls: each
+    argument's key as the call path keys it (its class, dtype, shape, contiguity, and
     device where there are several; a scalar's type), the axes and ``keepdims`` asked for,
     the target and the finish; ``None`` for a call with ``out=`` or other options."""
     if options.get("out") is not None or options.keys() - {"out", "target"}:
@@ -296,9 +296,9 @@ class ReducingPart:
         self.values: Kernel | None = None
         #: The single-pass GPU reductions, made on first use: by the finish they apply (or None).
         self._one_launch: dict[Kernel | None, Any] = {}
-        #: Calls that ran in one launch, by everything they decided on (see :meth:`_plan_key`):
-        #: ``run(values)`` does the launch and the steps after it (a call's CPU time is most of
-        #: a small GPU reduction's).
+        #: What calls decided, by everything they decided on (see :func:`_plan_key`):
+        #: ``plan(values)`` runs the reduction the way they chose, and the steps after it (the
+        #: deciding is most of a small reduction's time, on the host as on the GPU).
         self._plans: dict[tuple[Any, ...], Callable[[list[Any]], Any]] = {}
 
     def __call__(self, args: tuple[Any, ...], options: dict[str, Any], axis: Any = _ABSENT,
@@ -332,26 +332,30 @@ class ReducingPart:
         on_device = self._on_device(values, options)
         # The finish in the one launch where there is one (a launch less), else applied after.
         fold = None if finishing is None or r.name == "mean" or r.dtype.kind == "b" else finishing.kernel
-        if not on_device and _by_columns(values, arrays, shape, reduced):
-            result, fold = self._columns(values, arrays, shape, kept, reduced[0], options), None
-        else:
-            launch = self._in_one_launch(values, arrays, shape, kept, options, fold) if on_device else None
-            if launch is None:
-                result, fold = self._by_cores(values, arrays, shape, kept, reduced, options, on_device), None
+        run: Callable[[list[Any]], Any] | None = None
+        if on_device:
+            run = self._in_one_launch(values, arrays, shape, kept, options, fold)
+            if run is None:  # (the GPU's pieces: decided on every call)
+                key = None
+        if run is None:
+            fold = None
+            if not on_device and _by_columns(values, arrays, shape, reduced):
+                def run(values: list[Any]) -> Any:
+                    return self._columns(values, arrays, shape, kept, reduced[0], options)
             else:
-                apply = None if finishing is None or fold is not None else finishing.apply
+                def run(values: list[Any]) -> Any:
+                    return self._by_cores(values, arrays, shape, kept, reduced, options, on_device)
+        apply = None if finishing is None or fold is not None else finishing.apply
 
-                def plan(values: list[Any], out: Any = None) -> Any:
-                    done = self._finish(launch(values), count, axes, shape, keepdims, out)
-                    return done if apply is None else apply(done)
+        def plan(values: list[Any], out: Any = None) -> Any:
+            done = self._finish(run(values), count, axes, shape, keepdims, out)
+            return done if apply is None else apply(done)
 
-                if key is not None:  # (a call with out= has none: see _plan_key)
-                    if len(self._plans) >= PLANS:
-                        self._plans.clear()
-                    self._plans[key] = plan
-                return plan(values, out)
-        result = self._finish(result, count, axes, shape, keepdims, out)
-        return result if finishing is None or fold is not None else finishing.apply(result)
+        if key is not None:  # (a call with out= has none: see _plan_key)
+            if len(self._plans) >= PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan(values, out)
 
     def _by_cores(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
                   kept: list[int], reduced: list[int], options: dict[str, Any], on_device: bool) -> Any:
