@@ -258,30 +258,30 @@ def test_a_new_process_measures_nothing(kernels, tmp_path):
     """The first process measures the machine (on the library's own copy kernel) and learns
     the kernels from its calls; the next one finds all of it on disk."""
     folder = Path(kernels.__file__).parent
-    env = {**os.environ, "GPUFUNCS_CACHE_DIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join([str(folder), str(Path(gf.__file__).parents[1]),
-                                          os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(folder), str(Path(gf.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
 
-    def run() -> dict:
+    def run(cache: Path) -> dict:
+        env = {**os.environ, "GPUFUNCS_CACHE_DIR": str(cache), "PYTHONPATH": path}
         done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.splitlines()[-1])
 
-    # A thread start measured in an overloaded stretch (IMPLAUSIBLE_START: the slow suite's two
-    # workers on two cores) is kept from the disk, rightly (the kernels' costs are written
-    # without it): the first process runs again then.
-    def start_on_disk() -> bool:
-        files = list(tmp_path.glob("auto-*.json"))
+    def start_on_disk(cache: Path) -> bool:
+        files = list(cache.glob("auto-*.json"))
         return len(files) == 1 and "start" in json.loads(files[0].read_text())
 
-    for _ in range(3):
-        first = run()
+    # A thread start measured in an overloaded stretch (IMPLAUSIBLE_START: the slow suite's two
+    # workers on two cores) is kept from the disk, rightly (the kernels' costs are written
+    # without it): the first process runs again then, in a folder of its own.
+    for attempt in range(3):
+        cache = tmp_path / f"attempt{attempt}"
+        first = run(cache)
         assert first["proxies"] == ["cpu", "parallel"] and first["timed"]["cpu"] == 2 * auto.SAMPLES
-        if start_on_disk():
+        if start_on_disk(cache):
             break
-    assert start_on_disk(), "three thread starts measured, all implausible"
-    second = run()
+    assert start_on_disk(cache), "three thread starts measured, all implausible"
+    second = run(cache)
     assert second["proxies"] == [] and second["timed"] == {"cpu": 0, "parallel": 0}
     # What the second process knows is what the first learned (or still learns, where its
     # calls never reached the sizes from which parallel could pay on this machine).
