@@ -187,6 +187,24 @@ def test_out_receives_the_result_checked_first():
     np.testing.assert_array_equal(ints, 0)
 
 
+def test_several_results_take_out_as_a_tuple_as_numpy_does():
+    """Two returned reductions take ``out=`` as a tuple (None entries allocated); one array
+    alone is NumPy's TypeError, naming the function, and nothing is written (it was ignored)."""
+    def total_and_peak(a):
+        return a.sum(), a.max()
+
+    f = gf.fuse(total_and_peak)
+    x = np.arange(6.0)
+    first, second = np.full((), -1.0), np.full((), -1.0)
+    results = f(x, out=(first, None))
+    assert results[0] is first and float(first) == 15.0 and results[1] == 5.0
+    with pytest.raises(TypeError, match=r"total_and_peak: out= must be a tuple of 2 entries"):
+        f(x, out=second)
+    assert float(second) == -1.0
+    with pytest.raises(ValueError, match="out= has 1 arrays for 2 results"):
+        f(x, out=(second,))
+
+
 def _then_computes(x):
     return x.sum() / 2
 

@@ -192,13 +192,23 @@ class Fused:
 
 
 def _reduce(parts: tuple[ReducingPart, ...], args: tuple[Any, ...], options: dict[str, Any]) -> Any:
-    """The returned reductions, each written into its ``out=`` array where one is given."""
+    """The returned reductions, each written into its ``out=`` array where one is given
+    (checked before any is computed: a tuple, an entry per result, where there are several)."""
     out = options.pop("out", None)
-    outs = out if isinstance(out, tuple) else (out,) * len(parts) if len(parts) == 1 else (None,) * len(parts)
+    if len(parts) == 1:
+        outs = out if isinstance(out, tuple) else (out,)
+    elif out is None:
+        outs = (None,) * len(parts)
+    elif isinstance(out, tuple):
+        outs = out
+    else:  # (NumPy's TypeError for a ufunc of several outputs given one array)
+        raise TypeError(f"{parts[0].name}: out= must be a tuple of {len(parts)} entries (an array or "
+                        f"None each) for its {len(parts)} results, got {type(out).__name__}")
     if len(outs) != len(parts):
         raise ValueError(f"out= has {len(outs)} arrays for {len(parts)} results")
-    results = tuple(part(args, {**options, "out": o}) for part, o in zip(parts, outs))
-    return results[0] if len(parts) == 1 else results
+    if len(parts) == 1:
+        return parts[0](args, {**options, "out": outs[0]})
+    return tuple(part(args, {**options, "out": o}) for part, o in zip(parts, outs))
 
 
 def _dtype_of(value: Any) -> np.dtype | type:
