@@ -19,6 +19,32 @@ from ..targets import DEVICE_ARRAYS, HOST, NUMPY_SCALAR, SCALAR, UNKEYABLE, Arg,
 WEAK_SCALARS = (bool, int, float, complex)
 
 
+#: Decisions kept per table (resolved calls, reductions' plans), one per call signature; a
+#: full table is emptied.
+TABLE_SIZE = 256
+
+
+def lookup(table: dict[Any, Any], key: Any) -> Any:
+    """``table``'s entry for ``key``; ``None`` where there is none, or where the key cannot be
+    hashed (it holds :data:`UNKEYABLE`, or a keyword given as a list)."""
+    try:
+        return table.get(key)
+    except TypeError:
+        return None
+
+
+def keep(table: dict[Any, Any], key: Any, value: Any, size: int = TABLE_SIZE) -> Any:
+    """``value``, kept in ``table`` under ``key`` (the table emptied first when it holds
+    ``size``; nothing kept for a key that cannot be hashed)."""
+    if len(table) >= size:
+        table.clear()
+    try:
+        table[key] = value
+    except TypeError:
+        pass
+    return value
+
+
 def overrides_array_ufunc(cls: type) -> bool:
     """Whether ``cls`` overrides ``__array_ufunc__`` (Dask, xarray, pandas, ...), NEP 13."""
     method = getattr(cls, "__array_ufunc__", None)

@@ -38,10 +38,12 @@ from ..targets.base import library_of
 from . import axes, lazy, methods
 from .args import (
     ABSENT,
+    TABLE_SIZE,
     WEAK_SCALARS,
     defer,
     device_arrays_of,
     first_key,
+    keep,
     keyer_of,
     keywords_key,
     keywords_of,
@@ -65,7 +67,7 @@ from .plan import (
 )
 
 #: Resolved calls kept per kernel and target asked for (one per call signature); a full table is emptied.
-RESOLVED_CACHE_SIZE = 256
+RESOLVED_CACHE_SIZE = TABLE_SIZE
 
 #: Keywords that some target accepts (``stream`` and ``device`` for cuda); other targets refuse
 #: them by name.
@@ -396,12 +398,7 @@ class Kernel:
         return self.spec
 
     def _keep(self, key: Any, target: str, resolved: Any) -> Any:
-        if key is not None:
-            table = self._resolved[target]
-            if len(table) >= RESOLVED_CACHE_SIZE:
-                table.clear()
-            table[key] = resolved
-        return resolved
+        return resolved if key is None else keep(self._resolved[target], key, resolved, RESOLVED_CACHE_SIZE)
 
     def _resolve_axes(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Any) -> Any:
         """A gufunc call with ``axes=``, ``axis=`` or ``keepdims=``: the call of permuted views

@@ -22,7 +22,7 @@ from ..spec import COPY, KernelSpec, parse_layout, parse_loop
 from ..targets import get_target
 from ..targets.base import library_of
 from . import pieces
-from .args import arg_key, defer, describe, device_arrays_of, overriding, refuse_target
+from .args import arg_key, defer, describe, device_arrays_of, keep, lookup, overriding, refuse_target
 from .plan import resolve_loop
 
 try:
@@ -179,10 +179,7 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
     key = None
     if out is None and where is True and initial is NO_VALUE and not isinstance(array, np.ndarray):
         key = (kernel, target, axis, dtype, keepdims, arg_key(array))
-        try:
-            plan = _PLANS.get(key)
-        except TypeError:  # (an array that cannot be keyed, an axis given as a list)
-            plan = key = None
+        plan = lookup(_PLANS, key)
         if plan is not None:
             return plan(array)
     deferred = _defer(kernel, "reduce", (array,), out, given, target)
@@ -263,7 +260,6 @@ def _reduces_nothing(kernel: Kernel, array: np.ndarray, axis: Any) -> bool:
 #: dtype, shape, contiguity, device where several): ``plan(array)`` runs the launch for an
 #: array like it (a call's CPU time is most of a small GPU reduction's). Emptied when full.
 _PLANS: dict[tuple[Any, ...], Callable[[Any], Any]] = {}
-PLANS = 256
 
 
 def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, keepdims: bool,
@@ -310,10 +306,8 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
         start = None if not starts else loop.type(kernel.identity if initial is NO_VALUE else initial)
         if len(axes) == len(shape) and _in_one_launch(array):
             plan = _one_launch_plan(kernel, loop, start, result_shape)
-            if key is not None and out is None:
-                if len(_PLANS) >= PLANS:
-                    _PLANS.clear()
-                _PLANS[key] = plan
+            if key is not None:  # (there is none for a call with out=)
+                keep(_PLANS, key, plan)
             return _into(kernel, plan(array), out)
         moved = np.moveaxis(array, axes, range(-len(axes), 0))
         array = _in_pieces(kernel, moved.reshape((*moved.shape[: moved.ndim - len(axes)], -1)), loop, start)

@@ -63,7 +63,7 @@ class ReductionKernel:
             part = self._part(args)
             return part(args, {**options, "out": None}, axis, keepdims, self._finishing(part.reduction.dtype))
         result = self.reduced(*args, axis=axis, keepdims=keepdims, **options)
-        if out is not None and tuple(out.shape) != np.shape(result):
+        if tuple(out.shape) != np.shape(result):
             raise ValueError(f"reduction {self.__name__!r}: out= has shape {tuple(out.shape)}, the "
                              f"result has shape {np.shape(result)}")
         return self.finished(result, out)

@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from ..dispatch import Kernel
-from ..dispatch.args import arg_key, describe
+from ..dispatch.args import arg_key, describe, keep, lookup
 from ..dispatch.lazy import call_loop
 from ..dispatch.pieces import cut, in_pieces
 from ..spec import KernelSpec, parse_layout, parse_loop
@@ -234,10 +234,6 @@ SPLIT = 1 << 17
 PIECES = 64
 
 
-#: Plans kept per reducing part (one per layout of arguments); a full table is emptied.
-PLANS = 256
-
-
 def _plan_key(values: list[Any], options: dict[str, Any], axis: Any, keepdims: bool | None,
               finishing: Finishing | None) -> tuple[Any, ...] | None:
     """What a call with ``values`` decides on, for the plans of earlier calls: each
@@ -309,10 +305,7 @@ class ReducingPart:
         r = self.reduction
         values = [args[i] for i in self.arguments]
         key = _plan_key(values, options, axis, keepdims, finishing)
-        try:
-            plan = self._plans.get(key) if key is not None else None
-        except TypeError:  # (an argument that cannot be keyed, an axis given as a list)
-            plan = key = None
+        plan = None if key is None else lookup(self._plans, key)
         if plan is not None:
             return plan(values)
         arrays = tuple(not _is_scalar(v) for v in values)
@@ -352,9 +345,7 @@ class ReducingPart:
             return done if apply is None else apply(done)
 
         if key is not None:  # (a call with out= has none: see _plan_key)
-            if len(self._plans) >= PLANS:
-                self._plans.clear()
-            self._plans[key] = plan
+            keep(self._plans, key, plan)
         return plan(values, out)
 
     def _by_cores(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
@@ -586,13 +577,10 @@ def _single_pass(r: Reduction, values: Kernel, finish: Kernel | None = None) -> 
     else:
         def value(args):
             return kind(values(*args))
-    if finish is None:
-        return SinglePass(value, _step(r), _kept_as(r.dtype))
-
     def finished(result):
         return finish(result)
 
-    return SinglePass(value, _step(r), _kept_as(r.dtype), finished)
+    return SinglePass(value, _step(r), _kept_as(r.dtype), None if finish is None else finished)
 
 
 def _kept_as(dtype: np.dtype) -> np.dtype:
