@@ -109,7 +109,8 @@ class ResolvedCall:
         extra = call.sizes or call.out_positional
         simple = self._where is None and not self._stream and ops.plain and fresh is None
         if simple and self._outs_from is None and not extra and self._finish is _array_result:
-            self._run = self._plain_array
+            # A target may run this commonest call itself, a frame less (see Executor).
+            self._run = getattr(executor, "single", self._plain_array)
         elif simple and self._outs_from is None:
             self._run = self._plain if not extra else self._sized
         elif (self._where != "convert" and not self._stream and ops.plain and fresh is None and

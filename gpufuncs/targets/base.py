@@ -419,7 +419,10 @@ def _deliver(handler: Any, signum: int, frame: Any) -> None:
         signal.raise_signal(signum)
 
 
-#: ``executor(inputs, outs, where, stream) -> outputs``: runs one validated call signature.
+#: ``executor(inputs, outs, where, stream) -> outputs``: runs one validated call signature. It
+#: may carry ``single(args, out, where, kwargs) -> output``, the same call without ``out=``,
+#: ``where=`` or ``stream=`` for a signature with one output, which the resolved call then runs
+#: as it is (it takes and ignores the resolved call's own arguments).
 Executor = Callable[[tuple[Any, ...], "tuple[Any, ...] | None", Any, Any], tuple[Any, ...]]
 
 
