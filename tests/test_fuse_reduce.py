@@ -355,17 +355,22 @@ def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypa
 
     targets: list[str] = []
     loops: list[str] = []
-    call, compile_loop = Kernel.__call__, CpuKernel.compile_loop
+    call, resolve, compile_loop = Kernel.__call__, Kernel.resolve, CpuKernel.compile_loop
 
-    def recorded(self, *args, **kwargs):
+    def recorded(self, *args, **kwargs):  # a kernel's call, or its resolving for a plan's
         targets.append(kwargs.get("target", "auto"))
         return call(self, *args, **kwargs)
+
+    def resolved(self, *args, **kwargs):
+        targets.append(kwargs.get("target", "auto"))
+        return resolve(self, *args, **kwargs)
 
     def compiled(self, dispatcher, argtypes):
         loops.append(dispatcher.py_func.__name__)
         return compile_loop(self, dispatcher, argtypes)
 
     monkeypatch.setattr(Kernel, "__call__", recorded)
+    monkeypatch.setattr(Kernel, "resolve", resolved)
     monkeypatch.setattr(CpuKernel, "compile_loop", compiled)
     f = gf.fuse(lambda a: (a * a).sum())
     rows = gf.fuse(lambda a: (a * a).sum(axis=1))
@@ -377,10 +382,14 @@ def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypa
         targets.clear()
         np.testing.assert_allclose(f(long, target=target), f.func(long), rtol=1e-12)
         assert targets == seen
-    for target in ("auto", "cpu", "parallel"):
+    for target in ("auto", "cpu"):  # (parallel: the first call above)
         targets.clear()
         f(short, target=target)
         assert targets == [target]
+    for target in ("auto", "cpu", "parallel"):  # planned: the kernel's call was resolved once
+        targets.clear()
+        np.testing.assert_allclose(f(short, target=target), f.func(short), rtol=1e-12)
+        assert targets == []
     loops.clear()
     rows(long[:SPLIT].reshape(4, -1), target="parallel")
     assert loops and all(name.startswith("parallel") for name in loops), loops

@@ -81,7 +81,7 @@ class Fused:
         return {key: found.parts[0].kernel for key, found in self._compiled.items() if found.parts}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        options = {k: kwargs.pop(k) for k in _CALL_KEYWORDS & kwargs.keys()}
+        options = {k: kwargs.pop(k) for k in _CALL_KEYWORDS & kwargs.keys()} if kwargs else {}
         if kwargs or len(args) != self._nargs:
             args = tuple(self._signature.bind(*args, **kwargs).arguments.values())  # TypeError as Python's
         found = self.checked(args)
@@ -114,7 +114,7 @@ class Fused:
 
     def _compiled_for(self, args: tuple[Any, ...]) -> _Compiled:
         """What calls with arguments of ``args``' dtypes run (traced on the first such call)."""
-        key = tuple(_dtype_of(a) for a in args)
+        key = tuple(map(_dtype_of, args))
         return self._compiled.get(key) or self._compile(key)
 
     def _compile(self, key: tuple[Any, ...]) -> _Compiled:

@@ -26,7 +26,8 @@ import numba
 import numpy as np
 
 from ..dispatch import Kernel
-from ..dispatch.args import arg_key, describe, keep, lookup
+from ..dispatch.args import ABSENT, arg_key, describe, keep, lookup
+from ..dispatch.kernel import ResolvedCall
 from ..dispatch.lazy import call_loop
 from ..dispatch.pieces import cut, in_pieces
 from ..spec import KernelSpec, parse_layout, parse_loop
@@ -234,13 +235,17 @@ SPLIT = 1 << 17
 PIECES = 64
 
 
+#: The options of a call that a plan may be kept for (``out=None``; :func:`_plan_key`).
+_PLANNED_OPTIONS = frozenset({"out", "target"})
+
+
 def _plan_key(values: list[Any], options: dict[str, Any], axis: Any, keepdims: bool | None,
               finishing: Finishing | None) -> tuple[Any, ...] | None:
     """What a call with ``values`` decides on, for the plans of earlier calls: each
     argument's key as the call path keys it (its class, dtype, shape, contiguity, and
     device where there are several; a scalar's type), the axes and ``keepdims`` asked for,
     the target and the finish; ``None`` for a call with ``out=`` or other options."""
-    if options.get("out") is not None or options.keys() - {"out", "target"}:
+    if options and (options.get("out") is not None or not options.keys() <= _PLANNED_OPTIONS):
         return None
     return (options.get("target"), axis, keepdims, id(finishing), *map(arg_key, values))
 
@@ -335,6 +340,8 @@ class ReducingPart:
             if not on_device and _by_columns(values, arrays, shape, reduced):
                 def run(values: list[Any]) -> Any:
                     return self._columns(values, arrays, shape, kept, reduced[0], options)
+            elif not on_device and key is not None and not _in_pieces(shape, kept, reduced):
+                run = self._rows(values, arrays, shape, kept, reduced, options)
             else:
                 def run(values: list[Any]) -> Any:
                     return self._by_cores(values, arrays, shape, kept, reduced, options, on_device)
@@ -358,12 +365,40 @@ class ReducingPart:
         if on_device:
             kernel = self._kernel(arrays, on_device=True)
             return self._combine_rows(in_pieces(kernel, operands, arrays, options, r.dtype), len(kept))
-        if math.prod(shape[d] for d in reduced) >= SPLIT and math.prod(shape[d] for d in kept) == 1:
+        if _in_pieces(shape, kept, reduced):
             return np.reshape(self._split(operands, arrays, options), [shape[d] for d in kept])
         result = self._host_kernel(operands, arrays)(*operands, **options)
         if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
             result = _reduce_trailing(r, result, len(kept))
         return result
+
+    def _rows(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...], kept: list[int],
+              reduced: list[int], options: dict[str, Any]) -> Callable[[list[Any]], Any]:
+        """:meth:`_by_cores`' host reduction by rows as a plan's step, for values like these:
+        the kernel and its resolved call are chosen once, here. Each later call's core views
+        are laid out as these are (their layouts follow from the arguments', which the plan's
+        key holds), so they are of the call signature resolved here, as the kernel's own keyed
+        call would find it; a small reduction's time was mostly this choosing."""
+        r = self.reduction
+        trailing = len(kept) if len(reduced) > 2 else None  # see _by_cores
+
+        def views(values: list[Any]) -> tuple[Any, ...]:
+            return tuple(_core_view(v, shape, kept, reduced) if a else _scalar(v)
+                         for v, a in zip(values, arrays))
+
+        operands = views(values)
+        kernel = self._host_kernel(list(operands), arrays)
+        resolved = kernel.resolve(*operands, **options)
+        if not isinstance(resolved, ResolvedCall):  # (a call handed to an argument's library)
+            def run(values: list[Any]) -> Any:
+                return self._by_cores(values, arrays, shape, kept, reduced, options, False)
+            return run
+
+        def run(values: list[Any]) -> Any:
+            result = resolved._run(views(values), ABSENT, ABSENT, {})
+            return result if trailing is None else _reduce_trailing(r, result, trailing)
+
+        return run
 
     def _columns(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
                  kept: list[int], axis: int, options: dict[str, Any]) -> Any:
@@ -549,6 +584,11 @@ def _broadcast(value: Any, shape: tuple[int, ...]) -> Any:
     # array-likes still go through broadcast_to, which gives a plain array, as before.)
     plain = type(value) is np.ndarray or library_of(type(value)) == "cupy"
     return value if plain and value.shape == shape else np.broadcast_to(value, shape)
+
+
+def _in_pieces(shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> bool:
+    """Whether a host reduction is computed in :data:`PIECES` pieces: one value of many."""
+    return math.prod(shape[d] for d in reduced) >= SPLIT and math.prod(shape[d] for d in kept) == 1
 
 
 def _by_columns(values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
