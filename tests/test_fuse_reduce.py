@@ -548,6 +548,33 @@ def test_a_planned_host_call_reruns_only_for_arguments_like_its_own():
     np.testing.assert_array_equal(fused(np.zeros((0, 3)), 2.0), np.zeros(3))  # nothing to sum
 
 
+@pytest.mark.parametrize("target", ["cpu", "parallel", "auto"])
+def test_a_planned_reduction_by_rows_reads_each_calls_own_views(target):
+    """A plan of a reduction by rows runs the kernel's call resolved at its first call on
+    each later call's core views: views of other memory laid out alike (unaligned, offset,
+    reversed rows) reduce their own values, as NumPy does, and write nothing else."""
+    fused = gf.fuse(lambda a, w: (a * w).sum(axis=-1))
+    rng = np.random.default_rng(11)
+    store = np.zeros(8 * 7 * 5 + 9, np.uint8)
+    def view(offset: int) -> np.ndarray:  # (7, 5) float64, C order, at a byte offset
+        return np.ndarray((7, 5), np.float64, buffer=store, offset=offset)
+    first = view(0)
+    first[...] = rng.standard_normal((7, 5))
+    np.testing.assert_allclose(fused(first, 1.5, target=target), (first * 1.5).sum(axis=-1), rtol=1e-13)
+    (part,) = fused.checked((first, 1.5)).reductions
+    planned = len(part._plans)
+    for offset in (1, 3, 8):  # unaligned, unaligned, aligned elsewhere
+        a = view(offset)
+        a[...] = rng.standard_normal((7, 5))
+        before = store.copy()
+        np.testing.assert_allclose(fused(a, -0.5, target=target), (a * -0.5).sum(axis=-1), rtol=1e-13)
+        np.testing.assert_array_equal(store, before)
+    assert len(part._plans) == planned  # the same plan each time
+    rows = first[::-1]  # another layout: a plan of its own
+    np.testing.assert_allclose(fused(rows, 2.0, target=target), (rows * 2.0).sum(axis=-1), rtol=1e-13)
+    assert len(part._plans) == planned + 1
+
+
 @pytest.mark.cuda
 def test_a_call_planned_in_one_launch_reruns_only_for_arguments_like_its_own():
     """A reduction that ran in one launch is kept as a plan for arguments like its own (class,
