@@ -8,12 +8,14 @@ loop being compiled, so one scalar function serves every signature in its own pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
-from numba.core import types
-from numba.extending import intrinsic, overload
+from numba.core import cgutils, types
+from numba.core.typing.templates import infer_global, make_intrinsic_template
+from numba.extending import overload
 
 
 def as_type(value: float, like: Any) -> Any:
@@ -49,6 +51,63 @@ def _as_type_typing(value, like):  # unannotated: Numba compares the parameters
 
 
 overload(as_type)(_as_type_typing)
+
+
+def cpu_intrinsic(handle: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Type and lower calls of the Python function ``handle`` in code compiled for the CPU with
+    the decorated function, written as a Numba ``@intrinsic``'s: ``typer(typingctx, *argtypes)``
+    returns ``(signature, codegen)``, or ``None`` where it does not apply.
+
+    ``handle`` stays a plain Python function (an ``@intrinsic`` object cannot be called from
+    Python). Unlike an ``@overload``, whose implementation Numba compiles in full as soon as a
+    call is typed (a code library of its own per argument types and compile options, kept for
+    the life of the process, for the type check at a kernel's definition as for its first
+    call: seven of them, with the float32 vector math the check typed, made gaussian's body as
+    a user kernel take 6.6 MB resident instead of 4.3 on the 2-core machine), the codegen
+    writes its instructions into the caller. Registered for the ``cpu`` target: preferred there to a
+    generic overload of the same function, which other targets (numba-cuda's) keep compiling,
+    and which still serves the argument types where ``typer`` returns ``None``."""
+
+    def register(typer: Callable[..., Any]) -> Callable[..., Any]:
+        template = make_intrinsic_template(handle, typer, handle.__name__, kwargs={"target": "cpu"})
+        infer_global(handle, types.Function(template))
+        return typer
+
+    return register
+
+
+@cpu_intrinsic(as_type)
+def _as_type_cpu(typingctx, value, like):
+    # as _as_type_typing's ``cast(value)`` and ``bool(value)``: Numba's casts, without a function
+    scalars = (types.Number, types.Boolean)
+    if not isinstance(value, scalars) or not isinstance(like, scalars):
+        return None
+
+    return like(value, like), _call_cast
+
+
+def _call_cast(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> Any:
+    """``as_type``'s cast, as a call of a small function of the caller's module in Numba's
+    calling convention, which LLVM inlines: the code the overload's compiled function gave.
+    With the cast's constant written in the caller, LLVM's function passes fold the kernel
+    differently before inlining: ``half = as_type(0.5, x) if overflowed else one`` and
+    ``x * half - x0 * half`` became two more multiplies per element in gaussian's loop (5%
+    slower at 10**6 elements), where the call left ``x - x0`` for ``half == 1``."""
+    call_conv = context.call_conv
+    name = "gpufuncs.as_type." + ".".join(str(t).replace(" ", "") for t in sig.args)
+    fnty = call_conv.get_function_type(sig.return_type, sig.args)
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+    if fn.is_declaration:
+        fn.linkage = "linkonce_odr"
+        call_conv.decorate_function(fn, ("value", "like"), sig.args)
+        inner = ir.IRBuilder(fn.append_basic_block("entry"))
+        value = call_conv.get_arguments(fn)[0]
+        value = context.cast(inner, value, sig.args[0], sig.return_type)
+        call_conv.return_value(inner, context.get_return_value(inner, sig.return_type, value))
+    status, result = call_conv.call_function(builder, fn, sig.return_type, sig.args, args)
+    with cgutils.if_unlikely(builder, status.is_error):
+        call_conv.return_status_propagate(builder, status)
+    return result
 
 
 def by_precision(like: Any, for_float32: Any, for_float64: Any) -> Any:
@@ -114,7 +173,9 @@ def _one_float_type(a: Any, b: Any, c: Any) -> bool:
     return isinstance(a, types.Float) and a == b == c
 
 
-@intrinsic
+# The CPU's own intrinsic comes first there (Numba prefers the most specific target); other
+# targets, numba-cuda's included, compile the generic overload, which their compilers fuse.
+@cpu_intrinsic(muladd)
 def _fmuladd(typingctx, a, b, c):
     if not _one_float_type(a, b, c):
         return None
@@ -128,20 +189,10 @@ def _fmuladd(typingctx, a, b, c):
     return a(a, b, c), codegen
 
 
-def _muladd_cpu_typing(a, b, c):  # unannotated: as for as_type
-    if _one_float_type(a, b, c):
-        # An @intrinsic is called without the typing context its definition takes first.
-        return lambda a, b, c: _fmuladd(a, b, c)  # type: ignore[call-arg]
-    return None
-
-
 def _muladd_typing(a, b, c):
     if all(isinstance(t, types.Float) for t in (a, b, c)):
         return lambda a, b, c: a * b + c
     return None
 
 
-# The CPU's own overload comes first there (Numba prefers the most specific target); other
-# targets, numba-cuda's included, compile the generic one, which their compilers fuse.
-overload(muladd, target="cpu", inline="always")(_muladd_cpu_typing)
 overload(muladd)(_muladd_typing)

@@ -194,6 +194,40 @@ def test_muladd_from_python_is_the_expression():
     assert type(gf.muladd(np.float32(2), np.float32(3), np.float32(1))) is np.float32
 
 
+def test_as_type_muladd_and_vector_math_compile_no_function_of_their_own(monkeypatch):
+    """On the CPU they are intrinsics: a first call compiles the caller's library and the vector
+    math's alone (as overloads each was a library of its own, per dtype and per compile options,
+    kept for good: most of issue 32's memory of one user kernel, cold cache); values and types
+    as from Python."""
+    import numba
+    from numba.core import codegen
+
+    from gpufuncs.targets.cpu import vecmath
+
+    made = []
+    create = codegen.CPUCodegen.create_library
+
+    def recorded(self, name, **kwargs):
+        made.append(name)
+        return create(self, name, **kwargs)
+
+    monkeypatch.setattr(codegen.CPUCodegen, "create_library", recorded)
+
+    def body(x, n, flag):
+        return (gf.muladd(x, gf.as_type(2, x), gf.as_type(0.5, x)) + vecmath.exp(x) + vecmath.pow(x, x),
+                vecmath.log(n), gf.as_type(2.7, n), gf.as_type(0.0, flag), gf.as_type(math.nan, flag))
+
+    compiled = numba.njit(body)
+    for x in (np.float32(0.75), 0.75):
+        got, want = compiled(x, np.int64(3), True), body(x, np.int64(3), True)
+        assert got[0] == pytest.approx(want[0], rel=1e-6) and got[1] == pytest.approx(want[1])
+        assert got[2:] == want[2:] == (2, False, True)
+    results = {str(s.return_type) for s in compiled.nopython_signatures}
+    assert results == {f"Tuple({t}, float64, int64, bool, bool)" for t in ("float32", "float64")}
+    mine = [name for name in made if name != "nrt"]  # (Numba's runtime, compiled once per process)
+    assert mine and all(name.startswith(("test_as_type_muladd", "gpufuncs_vecmath_")) for name in mine), made
+
+
 def test_signatures_are_taken_as_numbas_decorators_take_them():
     """Numba's ``@vectorize(["float64(float64, float64)"])`` and ``@guvectorize(sigs, layout)``
     pass the signatures positionally, and one string for one signature: so do these."""

@@ -5,7 +5,8 @@ scalar libm call per element (LLVM writes ``llvm.exp.v8f64`` and the backend spl
 eight calls) and the loop around it runs several times slower than NumPy's SIMD ``np.exp``. The
 functions here are range reductions, polynomials and exponent-bit arithmetic, compiled once
 per process into ``alwaysinline`` LLVM functions that LLVM inlines into the calling loop
-(through Numba intrinsics and ``inline="always"`` overloads) before it vectorizes the loop.
+(each public function typed and lowered as an intrinsic on the CPU: a call of the
+implementation, no function compiled of its own) before it vectorizes the loop.
 They add 15-20 ms of compile time per call site.
 
 Kernel authors keep writing ``math.exp(x)``: on the ``cpu`` target the library compiles
@@ -93,8 +94,8 @@ from numba import njit
 from numba.core import cgutils
 from numba.core import types as nbtypes
 from numba.core.registry import CPUDispatcher
-from numba.extending import intrinsic, overload
 
+from ...scalar import cpu_intrinsic
 from ...spec import kernel_spec
 from ..compose import Copies, rebind
 from ..numpy_complex import numpy_arithmetic
@@ -744,32 +745,8 @@ def _function(context: Any, builder: ir.IRBuilder, name: str, fty: ir.Type, narg
     return cgutils.get_or_insert_function(builder.module, fnty, symbol)
 
 
-def _intrinsic(name: str, nargs: int) -> Any:
-    """A Numba intrinsic calling ``name``'s implementation on float32 or float64 arguments."""
-
-    def codegen(context, builder, sig, args):
-        return builder.call(_function(context, builder, name, args[0].type, nargs), args)
-
-    def unary(typingctx, x):
-        return (x(x), codegen) if _same_float(x) else None
-
-    def binary(typingctx, x, y):
-        return (x(x, y), codegen) if _same_float(x, y) else None
-
-    typer = unary if nargs == 1 else binary
-    typer.__name__ = typer.__qualname__ = f"_{name}_ir"
-    return intrinsic(typer)
-
-
-def _same_float(*tys: nbtypes.Type) -> bool:
-    return all(isinstance(t, nbtypes.Float) and t == tys[0] for t in tys)
-
-
-_INTRINSICS = {name: _intrinsic(name, 2 if name == "pow" else 1) for name in _EMITTERS}
-
-
 # --------------------------------------------------------------------------------------------
-# Public functions: NumPy's scalar semantics from Python, the intrinsics above in Numba.
+# Public functions: NumPy's scalar semantics from Python, intrinsics in Numba's CPU code.
 # --------------------------------------------------------------------------------------------
 
 
@@ -783,8 +760,8 @@ def _call_numpy(ufunc: np.ufunc, *args: SupportsFloat) -> np.floating:
 
 
 def _public(name: str, ufunc: np.ufunc, summary: str) -> Callable[..., np.floating]:
-    """The public function ``name``: NumPy's ``ufunc`` on scalars from Python (the overload
-    registered below replaces it in compiled code)."""
+    """The public function ``name``: NumPy's ``ufunc`` on scalars from Python (the intrinsic
+    registered below replaces it in CPU code)."""
     binary = name == "pow"
 
     def function(*args: SupportsFloat) -> np.floating:
@@ -831,27 +808,34 @@ def _float_args(tys: tuple[nbtypes.Type, ...]) -> str | None:
 
 
 def _register(name: str) -> None:
-    pyfunc, emit = globals()[name], _INTRINSICS[name]
-    # inline="always" puts the one-line body, the call to the alwaysinline implementation, in
-    # the caller itself; compiled as a function of its own, the overload would hold the whole
-    # implementation and be too big for LLVM's inliner, and the loop would not vectorize.
-    if name == "pow":
+    """Type and lower ``name`` in CPU code as an intrinsic (see :func:`~gpufuncs.scalar.cpu_intrinsic`):
+    its call site is one call of the ``alwaysinline`` implementation (linking its library), on
+    the arguments cast to float64 where they are not one of float32 or float64 (integers and
+    mixed types, as ``math.*`` in Numba). An ``inline="always"`` overload did the same, but
+    Numba compiled a library for it at every typing (per dtype, per compile options), kept for
+    the life of the process."""
+    nargs = 2 if name == "pow" else 1
 
-        def typer(x, y):
-            kind = _float_args((x, y))
-            if kind == "same":
-                return lambda x, y: emit(x, y)
-            return None if kind is None else (lambda x, y: emit(np.float64(x), np.float64(y)))
+    def codegen(context, builder, sig, args):
+        fty = sig.return_type
+        values = [context.cast(builder, v, t, fty) for v, t in zip(args, sig.args)]
+        return builder.call(_function(context, builder, name, context.get_value_type(fty), nargs), values)
 
-    else:
+    def typed(tys: tuple[nbtypes.Type, ...]) -> Any:
+        kind = _float_args(tys)
+        if kind is None:
+            return None
+        return (tys[0] if kind == "same" else nbtypes.float64)(*tys), codegen
 
-        def typer(x):
-            kind = _float_args((x,))
-            if kind == "same":
-                return lambda x: emit(x)
-            return None if kind is None else (lambda x: emit(np.float64(x)))
+    def unary(typingctx, x):
+        return typed((x,))
 
-    overload(pyfunc, inline="always")(typer)
+    def binary(typingctx, x, y):
+        return typed((x, y))
+
+    typer = unary if nargs == 1 else binary
+    typer.__name__ = typer.__qualname__ = f"_{name}_ir"
+    cpu_intrinsic(globals()[name])(typer)
 
 
 for _name in _REPLACED:
