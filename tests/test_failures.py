@@ -246,9 +246,9 @@ def test_ctrl_c_during_a_compilation_arrives_when_it_is_done():
 
 @pytest.mark.slow
 def test_ctrl_c_during_the_first_compilations_of_a_process_leaves_it_usable():
-    """A fresh process: the first compilation there installs Numba's pending registrations
-    (gpufuncs' vector math among them), and Ctrl-C in the middle of that used to make every
-    later compilation of the process fail ("Unknown attribute 'sqrt'")."""
+    """A fresh process: the first typing there (a kernel's definition) installs Numba's pending
+    registrations (gpufuncs' vector math among them), and Ctrl-C in the middle of that used to
+    make every later compilation of the process fail ("Unknown attribute 'sqrt'")."""
     summary = run_scenario("interrupts")
     assert summary["failures"] == []
     assert summary["during registration"] is True and summary["interrupted"] >= 1, summary
@@ -283,15 +283,16 @@ def _check(kernel: gf.Kernel, target: str) -> list[str]:
 
 
 def interrupts() -> dict:
-    """Interrupt the first compilation of the process as it installs the vector math, then
-    first calls of fresh kernels after various delays; check that they and every other kernel
-    compute the references."""
-    kernel = _root_kernel("interrupted_first")
+    """Interrupt the first typing of the process as it installs the vector math (a kernel's
+    definition, whose type check is the first to type its body), then first calls of fresh
+    kernels after various delays; check that they and every other kernel compute the
+    references."""
     _sigint_while_installing_vector_math()
     try:
-        during = interrupted(lambda: kernel(X, target="cpu"), seconds=60.0)
+        during = interrupted(lambda: _root_kernel("interrupted_first")(X, target="cpu"), seconds=60.0)
     finally:
         sys.setprofile(None)
+    kernel = _root_kernel("interrupted_first")
     failures = _check(kernel, "cpu")
     count = 0
     for i, seconds in enumerate((0.01, 0.1, 0.4)):

@@ -33,6 +33,7 @@ from numba.core.registry import cpu_target
 
 from ...errors import KernelCompileError, KernelDefinitionError
 from ...spec import KernelSpec
+from ..base import compiling
 from . import auto
 from .vecmath import with_vector_math
 
@@ -72,13 +73,18 @@ def numba_message(exc: BaseException) -> str:
 
 
 def type_signature(pyfunc: Any, signature: str) -> Any:
-    """Type ``pyfunc`` (a kernel's copy) for ``signature``; its return type, or Numba's error."""
+    """Type ``pyfunc`` (a kernel's copy) for ``signature``; its return type, or Numba's error.
+
+    Under :func:`~gpufuncs.targets.base.compiling`, as a compilation: the first typing of a
+    process installs Numba's pending registrations (the vector math's among them), which a
+    Ctrl-C in the middle would leave half installed for the life of the process."""
     args, return_type = sigutils.normalize_signature(signature)
     flags = Flags()
     flags.nrt = False
     flags.error_model = "numpy"
-    return compiler.compile_extra(cpu_target.typing_context, cpu_target.target_context, pyfunc,
-                                  args, return_type, flags, {}, pipeline_class=_TypeOnly)
+    with compiling():
+        return compiler.compile_extra(cpu_target.typing_context, cpu_target.target_context, pyfunc,
+                                      args, return_type, flags, {}, pipeline_class=_TypeOnly)
 
 
 def marker(key: str, loop_types: str) -> Path:
