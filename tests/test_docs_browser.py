@@ -143,7 +143,9 @@ def test_every_page_renders_in_a_browser_offline(browser: tuple[object, str], si
                 and note(f"HTTP {response.status}: {response.url}"))
         for path in pages:
             current[0] = path
-            response = page.goto(served + path, wait_until="load")
+            # Until the network is idle: the search's worker script, still loading at "load",
+            # was aborted by the next page's navigation and reported as a failed request.
+            response = page.goto(served + path, wait_until="networkidle")
             assert response is not None and response.ok, (path, response and response.status)
             page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
             for found in page.evaluate(PAGE_PROBLEMS):
