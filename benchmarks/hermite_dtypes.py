@@ -10,8 +10,6 @@ dtypes, what float64 adds is the output's bytes. Diagnostic only: nothing is sav
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,18 +17,14 @@ import numpy as np
 
 import gpufuncs as gf
 
+from .harness import measure
+
 SAMPLES, ORDERS = 10**6, 32
 
 
-def _ms(call: Callable[[], Any], repeats: int = 9) -> float:
-    """Median milliseconds of ``call`` after one call to warm it up."""
-    call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+def _ms(call: Callable[[], Any], repeat: int = 9) -> float:
+    """Median milliseconds of ``call`` (one call a repetition, after one to warm it up)."""
+    return measure(call, warmup=1, repeat=repeat, inner=1) * 1e3
 
 
 def main() -> None:
