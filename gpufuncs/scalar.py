@@ -62,11 +62,11 @@ def cpu_intrinsic(handle: Callable[..., Any]) -> Callable[[Callable[..., Any]], 
     Python). Unlike an ``@overload``, whose implementation Numba compiles in full as soon as a
     call is typed (a code library of its own per argument types and compile options, kept for
     the life of the process, for the type check at a kernel's definition as for its first
-    call: seven of them, with the float32 vector math the check typed, made gaussian's body as
-    a user kernel take 6.6 MB resident instead of 4.3 on the 2-core machine), the codegen
-    writes its instructions into the caller. Registered for the ``cpu`` target: preferred there to a
-    generic overload of the same function, which other targets (numba-cuda's) keep compiling,
-    and which still serves the argument types where ``typer`` returns ``None``."""
+    call: most of a user kernel's resident memory after its first call with a cold cache),
+    the codegen writes its instructions into the caller. Registered for the ``cpu`` target:
+    preferred there to a generic overload of the same function, which other targets
+    (numba-cuda's) keep compiling, and which still serves the argument types where ``typer``
+    returns ``None``."""
 
     def register(typer: Callable[..., Any]) -> Callable[..., Any]:
         template = make_intrinsic_template(handle, typer, handle.__name__, kwargs={"target": "cpu"})

@@ -465,8 +465,8 @@ def _single(d: _Decisions, reads: list[tuple[int, Callable[[Any], Any], int]], a
             wrap: arrays.Wrap | None, reporting: Callable[[list[Any], int], None]) -> Callable[..., Any]:
     """The commonest call, ``execute(args, None, True, None)[0]`` of :func:`_fast_executor`, as
     the resolved call runs it (its four arguments: no ``out=``, ``where=`` nor ``stream=``) and
-    without the general executor's branches, frame and tuple (with the launcher's packing
-    inline, about 1.5% of a small CuPy call on the H100's host). Same steps, same checks."""
+    without the general executor's branches, frame and tuple (a small call is mostly such
+    Python steps). Same steps, same checks."""
     first, stream_of = d.streams.first, d.streams.producers[0][1]
     bound, bind, launch = d.runtime.bound, d.runtime.bind_thread, d.main.launch
     flagged, errstate_now = d.main.takes_flags, fpflags.errstate_now

@@ -206,8 +206,6 @@ class Packer:
                 return local.address
             except (AttributeError, OverflowError):  # this thread's first pack; a value out of range
                 return pack(values)
-        # What a launcher needs to write the values itself, without this frame: see Runtime.launcher.
-        pack_prefix.inline = (pack_into, local)  # type: ignore[attr-defined]
         return pack_prefix
 
     def _write(self, store: np.ndarray, values: Sequence[Any]) -> None:

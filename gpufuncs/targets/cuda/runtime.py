@@ -383,22 +383,10 @@ class Runtime:
             from cupy.cuda import driver
 
             address, launch_kernel = int(function), driver.launchKernel
-            inline = getattr(pack, "inline", None)
-            if inline is None:
-                def launch_cupy(values: Sequence[Any], handle: int) -> None:
-                    launch_kernel(address, blocks, 1, 1, BLOCK, 1, 1, 0, handle, pack(values), 0)
-                return launch_cupy
-            # The packer's one struct call, here: a frame less per launch (see device._single).
-            pack_into, local = inline
 
-            def launch_cupy_packing(values: Sequence[Any], handle: int) -> None:
-                try:
-                    pack_into(local.store, 0, *values)
-                    params = local.address
-                except (AttributeError, OverflowError):  # as the packer's: it handles both
-                    params = pack(values)
-                launch_kernel(address, blocks, 1, 1, BLOCK, 1, 1, 0, handle, params, 0)
-            return launch_cupy_packing
+            def launch_cupy(values: Sequence[Any], handle: int) -> None:
+                launch_kernel(address, blocks, 1, 1, BLOCK, 1, 1, 0, handle, pack(values), 0)
+            return launch_cupy
         streams, new_stream, launch_kernel = self._handles, self._driver.CUstream, self._launch_kernel
 
         def launch_bindings(values: Sequence[Any], handle: int) -> None:
