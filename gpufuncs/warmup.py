@@ -61,17 +61,17 @@ class Warmed:
         NumPy's loop string of the declared loop (``'ddd->d'``).
     seconds : float
         Wall time of the warm-up calls, compiling included.
-    compiled : int or None
-        Functions compiled and written to the disk cache by these calls; 0 when everything
-        they need was loaded from it (or compiled by an earlier row of the same run). ``None``
-        on ``cuda``, whose compilations numba-cuda does not report through Numba's event API.
+    compiled : int
+        Functions compiled and written to the disk cache by these calls (on ``cuda``, the
+        kernels saved as cubins); 0 when everything they need was loaded from it (or compiled
+        by an earlier row of the same run).
     """
 
     kernel: str
     target: str
     loop: str
     seconds: float
-    compiled: int | None
+    compiled: int
 
 
 def cache_directory() -> str | None:
@@ -81,8 +81,8 @@ def cache_directory() -> str | None:
     Numba's own rules, applied to the module the loops are compiled from: a folder under
     ``NUMBA_CACHE_DIR`` when that is set, else the ``__pycache__`` folder beside gpufuncs'
     ``targets/cpu/loops.py`` when it is writable, else a folder under Numba's per-user cache
-    directory (``~/.cache/numba`` on Linux). The cuda target's kernels follow the same rules
-    beside ``targets/cuda/kernels.py``.
+    directory (``~/.cache/numba`` on Linux). The cuda target's cubins follow the same rules
+    beside ``targets/cuda/cubins.py`` (see :mod:`gpufuncs.targets.cuda.cubins`).
     """
     from numba.core.caching import FunctionCache
 
@@ -165,10 +165,19 @@ def _jobs(kernels: Sequence[str] | None, targets: tuple[str, ...],
 
 class _CompileCounter:
     """Counts Numba's compilations of functions that have a disk cache (each is written there),
-    through Numba's event API."""
+    through Numba's event API, and the cuda target's kernels saved to its cache (numba-cuda
+    does not report its compilations through that API)."""
 
     def __init__(self) -> None:
         self.count = 0
+
+    def on(self, target: str) -> int:
+        """What has been compiled into the disk cache so far for ``target``."""
+        if target == "cuda":
+            from .targets.cuda import cubins
+
+            return len(cubins.saved)
+        return self.count
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
@@ -233,11 +242,11 @@ def warmup(kernels: Sequence[str] | None = None, targets: Sequence[str] | None =
     counter = _CompileCounter()
     with counter.listening():
         for kernel, loop, target, arguments in jobs:
-            before, start = counter.count, time.perf_counter()
+            before, start = counter.on(target), time.perf_counter()
             with np.errstate(all="ignore"):
                 for args in arguments:
                     kernel(*args, target=target)
-            compiled = None if target == "cuda" else counter.count - before
+            compiled = counter.on(target) - before
             yield Warmed(kernel.__name__, target, loop.types, time.perf_counter() - start, compiled)
 
 
@@ -324,7 +333,7 @@ def main(argv: Sequence[str]) -> int:
     except Exception as exc:  # a kernel that fails to compile: say which, and stop
         print(f"warmup failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    seconds, compiled = time.perf_counter() - start, sum(r.compiled or 0 for r in rows)
+    seconds, compiled = time.perf_counter() - start, sum(r.compiled for r in rows)
     if opts.json:
         print(json.dumps({"disk_cache": where, "seconds": seconds, "compiled": compiled,
                           "rows": [dataclasses.asdict(r) for r in rows]}, indent=2))
@@ -332,12 +341,11 @@ def main(argv: Sequence[str]) -> int:
     if any(r.kernel == IDENTITY.name for r in rows):
         print(f"  ({IDENTITY.name}: the library's copy kernel, which target='auto' times once per "
               "machine)")
-    cuda = " (and cuda's kernels, not counted)" if any(r.compiled is None for r in rows) else ""
     loops = f"{len(rows)} loop{'s' * (len(rows) != 1)}"
     print(f"warmed {loops} in {seconds:.1f} s: {_functions(compiled)} compiled into the disk cache"
-          + (cuda or ("" if compiled else " (everything was there already)")))
+          + ("" if compiled else " (everything was there already)"))
     return 0
 
 
-def _functions(count: int | None) -> str:
-    return "not counted (cuda)" if count is None else f"{count} function{'s' * (count != 1)}"
+def _functions(count: int) -> str:
+    return f"{count} function{'s' * (count != 1)}"

@@ -43,7 +43,7 @@ def without_cuda() -> dict[str, str]:
 
 
 #: What the cuda target says under :func:`without_cuda`.
-NO_CUDA = "no CUDA driver or no CUDA GPU was found (numba.cuda.is_available() is False)"
+NO_CUDA = "CUDA is disabled (NUMBA_DISABLE_CUDA is set)"
 
 
 def test_help_prints_usage_and_every_option():

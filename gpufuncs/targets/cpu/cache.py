@@ -153,6 +153,44 @@ def keyed(dispatcher: Any) -> bool:
     return isinstance(getattr(dispatcher, "_cache", None), KeyedCache)
 
 
+def entry_store(anchor: Callable[..., Any], key: str) -> _CheckedCacheFile | None:
+    """Where one entry of the disk cache is kept, in Numba's cache directory for ``anchor`` (a
+    function of this package: its file's changes invalidate the entry, as for any Numba entry):
+    an index and a data file named after a digest of ``key``, which damage or another entry's
+    data turn into a miss (see :class:`_CheckedCacheFile`). ``None`` (after one warning) where
+    no cache location is usable."""
+    try:
+        impl = FunctionCache(anchor)._impl
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        return _CheckedCacheFile(cache_path=impl.locator.get_cache_path(),
+                                 filename_base=f"{impl.filename_base}.k{digest}",
+                                 source_stamp=impl.locator.get_source_stamp())
+    except Exception as exc:  # Numba: "cannot cache function ...: no locator available"
+        _warn_once("finding a cache directory", exc)
+        return None
+
+
+def load_entry(store: _CheckedCacheFile | None, key: Any) -> Any:
+    """The data saved under ``key`` in ``store``, or ``None`` (a miss: none, or unreadable)."""
+    if store is None:
+        return None
+    try:
+        return store.load(key)
+    except Exception as exc:  # an unreadable cache directory
+        _warn_once("reading the disk cache", exc)
+        return None
+
+
+def save_entry(store: _CheckedCacheFile | None, key: Any, data: Any) -> None:
+    """Save ``data`` under ``key`` in ``store``; a failure only warns (once per process)."""
+    if store is None:
+        return
+    try:
+        store.save(key, data)
+    except Exception as exc:  # unwritable
+        _warn_once(f"writing to {store._cache_path}", exc)
+
+
 def remembered(anchor: Callable[..., Any], key: str, compute: Callable[[], bool]) -> bool:
     """``compute()``, a fact about compiled code that takes a compilation to learn, kept in the
     disk cache under ``key`` (beside ``anchor``'s entries, a function of this package: its
@@ -161,24 +199,12 @@ def remembered(anchor: Callable[..., Any], key: str, compute: Callable[[], bool]
     from numba.core.registry import cpu_target
 
     index_key = (key, cpu_target.target_context.codegen().magic_tuple())
-    try:
-        impl = FunctionCache(anchor)._impl
-        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        store: _CheckedCacheFile | None = _CheckedCacheFile(
-            cache_path=impl.locator.get_cache_path(), filename_base=f"{impl.filename_base}.k{digest}",
-            source_stamp=impl.locator.get_source_stamp())
-        found = store.load(index_key)
-    except Exception as exc:  # Numba: "cannot cache function ...: no locator available"
-        _warn_once("finding a cache directory", exc)
-        store, found = None, None
+    store = entry_store(anchor, key)
+    found = load_entry(store, index_key)
     if isinstance(found, bool):
         return found
     value = compute()
-    if store is not None:
-        try:
-            store.save(index_key, value)
-        except Exception as exc:  # unwritable
-            _warn_once(f"writing to {impl.locator.get_cache_path()}", exc)
+    save_entry(store, index_key, value)
     return value
 
 

@@ -22,7 +22,7 @@ millisecond per call. Importing this package never initialises CUDA; the first c
 from __future__ import annotations
 
 import functools
-import importlib
+import importlib.util
 import os
 import threading
 from typing import Any
@@ -35,22 +35,29 @@ from ..base import DEVICE, Executor, Plan, Target, bounds_checked
 
 @functools.cache
 def _unavailable_reason() -> str | None:
-    try:
-        from numba import cuda
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        return f"numba-cuda is not installed ({exc}); install gpufuncs[cuda]"
+    """Why the cuda target cannot run here, or ``None``. Asked of the driver through
+    ``cuda.bindings``, without importing ``numba.cuda`` (0.3 s), which only a compilation needs
+    (a process whose kernels are all in the disk cache never imports it)."""
+    if importlib.util.find_spec("numba_cuda") is None:
+        return "numba-cuda is not installed; install gpufuncs[cuda]"
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return None
+    if os.environ.get("NUMBA_DISABLE_CUDA", "0") not in ("", "0"):
+        return "CUDA is disabled (NUMBA_DISABLE_CUDA is set)"
     try:
-        if not cuda.is_available():
-            return "no CUDA driver or no CUDA GPU was found (numba.cuda.is_available() is False)"
-        cuda.get_current_device()
-    except Exception as exc:  # driver present but broken, device busy, ...
-        return f"CUDA could not be initialised: {exc}"
-    try:
-        importlib.import_module("cuda.core")  # the launch layer
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        return f"cuda-core is not installed ({exc}); install gpufuncs[cuda]"
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if int(err) == 0:
+            err, count = driver.cuDeviceGetCount()
+    except Exception as exc:  # no libcuda: cuda.bindings cannot load the driver
+        return f"no CUDA driver was found ({type(exc).__name__} loading libcuda)"
+    if int(err) != 0:
+        return f"CUDA could not be initialised ({err!r})"
+    if count == 0:
+        return "no CUDA GPU was found"
+    if importlib.util.find_spec("cuda.core") is None:  # (not imported: 0.1 s, see runtime.py)
+        return "cuda-core is not installed; install gpufuncs[cuda]"
     return None
 
 
@@ -132,7 +139,7 @@ class CudaTarget(Target):
         the pinned result pool), made on first need."""
         with self._lock:  # one set per target: the lanes and the pool's budget are per GPU / process
             if self._host_resources is None:
-                from .host import Resources  # imported on the first call: it needs numba.cuda
+                from .host import Resources  # imported on the first call
 
                 self._host_resources = Resources(self.runtimes)
             return self._host_resources
@@ -140,7 +147,7 @@ class CudaTarget(Target):
     def prepare(self, spec: KernelSpec, compiled: Any, plan: Plan) -> Executor:
         """Device arrays run in place, on their GPU; host arrays go through pinned, pipelined
         chunks, on ``device=`` (one GPU or all) or the current GPU."""
-        from . import device, host  # imported on the first call: they need numba.cuda
+        from . import device, host  # imported on the first call: they need the GPU's libraries
         from .runtime import device_count
         if bounds_checked(spec):
             raise TypeError(f"{spec.name}: bounds checks are on (boundscheck=True, or "

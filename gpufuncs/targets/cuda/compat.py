@@ -89,16 +89,15 @@ def loaded_kernel(compiled: Any) -> Any:
     return compiled._codelibrary.get_cufunc().handle
 
 
-def keyed_cache(dispatcher: Any, pyfunc: Callable[..., Any], key: str) -> None:
-    """Give a ``cuda.jit`` dispatcher a disk cache keyed on ``key`` as well: Numba keys a cached
-    kernel on the kernel's own code only, and the scalar function it calls lives elsewhere."""
-    from numba.cuda.dispatcher import CUDACache
-
-    class SourceKeyedCache(CUDACache):
-        def _index_key(self, sig: Any, codegen: Any) -> tuple[Any, ...]:
-            return (*super()._index_key(sig, codegen), key)
-
-    dispatcher._cache = SourceKeyedCache(pyfunc)
+def compiled_cubin(compiled: Any) -> tuple[str, bytes] | None:
+    """The entry point's name and the linked cubin of a compiled ``cuda.jit`` overload (for
+    the current context's GPU), or ``None`` for code whose module numba-cuda must set up when it
+    loads it (its runtime, cooperative launches): that is left to numba-cuda."""
+    library = compiled._codelibrary
+    if library._setup_functions or library._teardown_functions:
+        return None
+    cubin = library.get_cubin()  # a cuda.core ObjectCode (numba-cuda 0.30), or bytes before
+    return library._entry_name, bytes(getattr(cubin, "code", cubin))
 
 
 @functools.cache
@@ -119,26 +118,44 @@ def numba_device(array: Any) -> int | None:
     return None if memory is None else memory.context.device.id
 
 
+def _host_alloc(nbytes: int, flags: int) -> np.ndarray:
+    """``nbytes`` of page-locked host memory from ``cuMemHostAlloc`` with ``flags`` (the current
+    context must be set), as a byte array that frees it when the last view of it is dropped."""
+    import weakref
+
+    from cuda.bindings import driver
+
+    from .runtime import explain
+
+    err, address = driver.cuMemHostAlloc(nbytes, flags)
+    if err == driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+        raise MemoryError(f"out of pinned host memory allocating {nbytes:,} bytes")
+    if int(err) != 0:
+        raise RuntimeError(explain(err, f"allocating {nbytes:,} bytes of pinned host memory"))
+    owner = (ctypes.c_uint8 * nbytes).from_address(address)
+    weakref.finalize(owner, driver.cuMemFreeHost, address)
+    return np.frombuffer(owner, np.uint8)
+
+
 def portable_pinned(nbytes: int) -> np.ndarray:
     """Page-locked host memory pinned for every context (``CU_MEMHOSTALLOC_PORTABLE``), as a
     byte array: ``numba.cuda.pinned_array`` pins for the current context only, and copies
     another GPU makes from such memory run at pageable speed."""
-    from numba import cuda
-
-    buffer = cuda.current_context().memhostalloc(nbytes, portable=True)
-    return np.ndarray((nbytes,), np.uint8, buffer=buffer)
+    return _host_alloc(nbytes, 0x01)  # CU_MEMHOSTALLOC_PORTABLE
 
 
 def mapped_pinned(nbytes: int) -> tuple[np.ndarray, int]:
     """Page-locked host memory mapped into the current context's GPU address space, portable
     (pinned for every context): the host array of its bytes and its device address (under
     unified addressing the same value), where a kernel's stores land in host memory."""
-    from numba import cuda
+    from cuda.bindings import driver
 
-    buffer = cuda.current_context().memhostalloc(nbytes, mapped=True, portable=True)
-    pointer = buffer.device_pointer  # a CUdeviceptr (or a ctypes pointer: its value)
-    address = pointer.value if hasattr(pointer, "value") else int(pointer)
-    return np.ndarray((nbytes,), np.uint8, buffer=buffer), address
+    words = _host_alloc(nbytes, 0x01 | 0x02)  # CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
+    from .runtime import check
+
+    err, address = driver.cuMemHostGetDevicePointer(words.ctypes.data, 0)
+    check(err, "mapping pinned host memory into the GPU's address space")
+    return words, int(address)
 
 
 def numba_array_maker(shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype,

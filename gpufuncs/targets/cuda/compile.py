@@ -2,9 +2,10 @@
 
 The scalar function becomes a CUDA device function (``cuda.jit(device=True)``), called by the
 templates of :mod:`.kernels`; :class:`CudaKernels` compiles a template per loop dtype and argument
-types on first use, and loads it. Kernels are cached on disk (``cache=True``), keyed on the
-kernel's source as well (see :func:`.compat.keyed_cache`). Numba's own CUDA ufunc objects, which
-the call path never uses, are built on request for ``gpufuncs.get(name, "cuda")``.
+types on first use, and loads it. Compiled kernels are kept on disk as cubins (:mod:`.cubins`),
+which a later process loads with the driver alone: numba-cuda is imported only to compile. Numba's
+own CUDA ufunc objects, which the call path never uses, are built on request for
+``gpufuncs.get(name, "cuda")``.
 """
 
 from __future__ import annotations
@@ -13,19 +14,15 @@ import threading
 from typing import Any
 
 import numba
-from numba import cuda
 from numba.core import sigutils, types
 from numba.np.numpy_support import from_dtype
 
 from ...errors import CudaCompileError
 from ...spec import KernelSpec, Loop
-from .. import numpy_complex
-from ..base import COMPILED_AS, REPLACEMENTS, compiling, no_flags, numpys_integer_division
+from ..base import REPLACEMENTS, compiling, no_flags, numpys_integer_division
 from ..compose import compiled_body
-from ..cpu.cache import dependency_digest
-from .compat import SIMULATED, exact_remainder, keyed_cache, loaded_kernel
-from .compose import DEVICE_OPTIONS, device_function, for_device, kernel_device_function
-from .kernels import gufunc_kernel, ufunc_kernel
+from . import cubins
+from .compat import SIMULATED, compiled_cubin, exact_remainder, loaded_kernel
 from .runtime import BLOCK, Runtime
 
 
@@ -63,13 +60,23 @@ class CudaKernels:
 
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
-        # Kernels and @njit helpers the body calls become device functions too (see .compose).
-        self.device_function = kernel_device_function(spec)
+        self._device_function: Any = None  # made on the first compilation (see device_function)
         self._dispatchers: dict[tuple[str, int], Any] = {}
         self._launchable: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self._lock = threading.Lock()
         self._numba_object: Any = None
         self._raising: dict[str, bool] = {}  # loop signature -> whether the kernel can raise
+
+    @property
+    def device_function(self) -> Any:
+        """The scalar function as a CUDA device function; kernels and ``@njit`` helpers its body
+        calls become device functions too (see :mod:`.compose`). Made on first need: a process
+        whose kernels all come from the disk cache never imports numba-cuda's compiler."""
+        if self._device_function is None:
+            from .compose import kernel_device_function
+
+            self._device_function = kernel_device_function(self.spec)
+        return self._device_function
 
     def numba_object(self) -> Any:
         """Numba's own CUDA ufunc object for this spec (see :func:`numba_object`), built once."""
@@ -90,10 +97,17 @@ class CudaKernels:
             with self._lock:
                 found = self._launchable.get(key)
                 if found is None:
-                    compiled = self._compile(loop, argtypes, per_thread, runtime)
-                    self._refuse_raising(loop)
-                    found = self._launchable[key] = compiled
+                    found = self._launchable[key] = self._load(loop, argtypes, per_thread, runtime)
         return found, per_thread
+
+    def _load(self, loop: Loop, argtypes: tuple[types.Type, ...], per_thread: int,
+              runtime: Runtime) -> Any:
+        """The kernel from the disk cache, else compiled (refused if it can raise), then saved."""
+        key = None if SIMULATED else cubins.entry_key(self.spec, loop, argtypes, per_thread, runtime)
+        found = None if key is None else cubins.load(key)
+        if found is None:
+            found = self._compile(loop, argtypes, per_thread, runtime, key)
+        return found
 
     def _refuse_raising(self, loop: Loop) -> None:
         """Refuse a kernel that can raise an exception: a CUDA kernel cannot report one (numba-cuda
@@ -118,39 +132,46 @@ class CudaKernels:
     def _dispatcher(self, loop: Loop, per_thread: int) -> Any:
         found = self._dispatchers.get((loop.signature, per_thread))
         if found is None:
+            from numba import cuda
+
+            from .kernels import gufunc_kernel, ufunc_kernel
+
             spec = self.spec
             zeros = tuple(d.type(0) for d in loop.inputs + loop.outputs)  # a type per argument
             if spec.layout is None:
                 body = ufunc_kernel(self.device_function, zeros[: spec.nin], per_thread)
             else:
                 body = gufunc_kernel(self.device_function, zeros)
-            # Keyed on the values Numba freezes into the code too (module constants, closures:
-            # see dependency_digest; None: not cached), on the complex arithmetic the device
-            # function is compiled with, and on the elements per thread.
-            depends = dependency_digest(spec.pyfunc)
-            key = None if SIMULATED or spec.source_key is None or depends is None else \
-                f"{spec.source_key}:{depends}:{numpy_complex.digest()}:{COMPILED_AS}/{per_thread}"
-            found = cuda.jit(body) if key is None else cuda.jit(cache=True)(body)
-            if key is not None:
-                keyed_cache(found, body, key)
+            found = cuda.jit(body)  # (cached on disk as cubins, not by numba-cuda: see .cubins)
             self._dispatchers[(loop.signature, per_thread)] = found
         return found
 
     def _compile(self, loop: Loop, argtypes: tuple[types.Type, ...], per_thread: int,
-                 runtime: Runtime) -> Any:
+                 runtime: Runtime, key: str | None) -> Any:
+        """Compile with numba-cuda (for ``runtime``'s GPU: its context is current), refuse a
+        kernel that can raise, and save the cubin under ``key`` (``None``: not cached)."""
         try:
             dispatcher = self._dispatcher(loop, per_thread)
             if SIMULATED:
-                return dispatcher
-            # Numba compiles an overload once and loads its module per device, in the current
-            # context: that of ``runtime``'s device here.
-            with compiling(), runtime.current():
-                return loaded_kernel(dispatcher.compile(argtypes))
+                compiled = dispatcher
+            else:
+                with compiling(), runtime.current():
+                    compiled = dispatcher.compile(argtypes)
+                    entry = compiled_cubin(compiled)
         except Exception as exc:
             raise CudaCompileError(
                 f"kernel {self.spec.name!r} failed to compile for target 'cuda' "
                 f"({loop.types} loop, arguments {argtypes}): {exc}"
             ) from exc
+        self._refuse_raising(loop)
+        if SIMULATED:
+            return compiled
+        if entry is None:  # code that needs numba-cuda's module set-up: loaded by numba-cuda
+            with runtime.current():
+                return loaded_kernel(compiled)
+        if key is not None:
+            cubins.save(key, *entry)
+        return cubins.kernel_from(*entry)
 
 
 # -- Numba's own CUDA ufunc objects (what gf.get(name, target="cuda") returns) -----------------
@@ -174,6 +195,10 @@ def numba_object(spec: KernelSpec) -> Any:
     """
     if SIMULATED:
         return SimulatedNumbaObject(spec.name)
+    from numba import cuda
+
+    from .compose import DEVICE_OPTIONS, for_device
+
     sigs = [loop.signature for loop in spec.loops]
     try:
         if spec.layout is None:
@@ -188,6 +213,8 @@ def numba_object(spec: KernelSpec) -> Any:
 
 
 def _guvectorize_with_size_input(spec: KernelSpec) -> Any:
+    from .compose import device_function
+
     layout = spec.layout
     dims = layout.output_only_dims
     if spec.nout != 1 or spec.nin > 3:

@@ -35,6 +35,7 @@ kernels' disk-cache key.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -43,7 +44,6 @@ from typing import Any
 import numpy as np
 
 from ..fpstatus import DIVIDE, INVALID, KINDS, OVERFLOW
-from .compat import SIMULATED
 
 #: Whether the elementwise kernels check their results (``GPUFUNCS_FPSTATUS`` is not ``0``).
 ENABLED = os.environ.get("GPUFUNCS_FPSTATUS", "1") != "0"
@@ -114,7 +114,11 @@ def publish(flags, bits):
                 flags[k] = 1 << k
 
 
-if not SIMULATED:
+@functools.cache
+def device_overloads() -> None:
+    """Give the helpers above their GPU implementations (numba-cuda overloads), once, before
+    the first kernel compiles (:mod:`.kernels` calls this): not at import, which would import
+    numba-cuda in a process that only loads kernels from the disk cache."""
     from numba import cuda
     from numba.core import types
     from numba.cuda.extending import overload

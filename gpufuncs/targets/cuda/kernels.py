@@ -91,6 +91,8 @@ if not SIMULATED:
     from numba.core import types
     from numba.cuda.extending import overload
 
+    fpflags.device_overloads()
+
     _offset = cuda.jit(device=True, forceinline=True)(_offset)
 
     def _is_flat(shape) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 import sys
 import threading
 import types
@@ -73,10 +74,25 @@ class _SimStream:
         return self
 
 
-def _check(err: Any, what: str) -> None:
-    """Raise ``RuntimeError`` for a ``CUresult`` other than success."""
+#: The process that initialised the driver: a child forked from it cannot use CUDA.
+_initialised_in: int | None = None
+
+
+def explain(err: Any, what: str) -> str:
+    """The message for a ``CUresult`` other than success while doing ``what``; in a child
+    forked after the driver was initialised (where every CUDA call fails), saying so."""
+    message = f"CUDA error {err!r} while {what}"
+    if _initialised_in is not None and os.getpid() != _initialised_in:
+        message += ("; this process was forked from one that had initialised CUDA, and CUDA "
+                    "cannot be used after a fork: start child processes with multiprocessing's "
+                    "'spawn' or 'forkserver' start method")
+    return message
+
+
+def check(err: Any, what: str) -> None:
+    """Raise ``RuntimeError`` for a ``CUresult`` other than success (see :func:`explain`)."""
     if int(err) != 0:
-        raise RuntimeError(f"CUDA error {err!r} while {what}")
+        raise RuntimeError(explain(err, what))
 
 
 class Runtime:
@@ -93,82 +109,121 @@ class Runtime:
 
     def __init__(self, device: int = 0) -> None:
         from cuda.bindings import driver
-        from cuda.core import (
-            LEGACY_DEFAULT_STREAM,
-            PER_THREAD_DEFAULT_STREAM,
-            Device,
-            DeviceMemoryResource,
-            DeviceMemoryResourceOptions,
-            Stream,
-        )
 
         self._driver, self._launch_kernel = driver, driver.cuLaunchKernel
-        self._stream_type = Stream
         self.ordinal = device
         #: Whether calls must switch to this device's context and back (several GPUs visible).
         self.switching = device_count() > 1
-        self._device_type = Device
-        self.device = Device(device)
+        err, handle = driver.cuDeviceGet(device)
+        check(err, f"finding device {device}")
         #: Streaming multiprocessors: how many blocks a launch needs to use the whole GPU.
-        self.multiprocessors = self.device.properties.multiprocessor_count
+        self.multiprocessors = self._attribute(handle, "MULTIPROCESSOR_COUNT")
+        #: ``(major, minor)``: the architecture kernels are compiled and cached for.
+        self.compute_capability = (self._attribute(handle, "COMPUTE_CAPABILITY_MAJOR"),
+                                   self._attribute(handle, "COMPUTE_CAPABILITY_MINOR"))
         #: Has the attribute ``here`` in each thread whose device is bound (:meth:`bind_thread`);
         #: executors test it inline (``hasattr``, a C call), not by calling a method each time.
         self.bound = threading.local()
-        previous = driver.cuCtxGetCurrent()[1]
-        self.device.set_current()  # the primary context, which numba, CuPy and torch share
-        self._context = driver.cuCtxGetCurrent()[1]
+        # The primary context, which numba, CuPy and torch share. Through cuda.bindings alone:
+        # cuda.core (streams, the pool) is imported on first need, for its 0.1 s.
+        err, self._context = driver.cuDevicePrimaryCtxRetain(handle)
+        check(err, f"retaining device {device}'s primary context")
         self._context_id = int(self._context)
+        previous = driver.cuCtxGetCurrent()[1]
+        (err,) = driver.cuCtxSetCurrent(self._context)
+        check(err, f"making device {device}'s context current")
         self.bound.here = True
-        self._streams: dict[int, Any] = {0: LEGACY_DEFAULT_STREAM, 1: LEGACY_DEFAULT_STREAM,
-                                         2: PER_THREAD_DEFAULT_STREAM}
+        self._streams: dict[int, Any] = {}
         self._functions: dict[Any, Any] = {}
         self._handles: dict[int, Any] = {}
         self._flag_ring: Any = None
-        # A pool of our own, kept reserved between calls like CuPy's and torch's caching
-        # allocators: with the driver's default release threshold (0) every synchronize hands
-        # the memory back to the OS and the next allocation maps it again.
-        self.pool = DeviceMemoryResource(self.device, DeviceMemoryResourceOptions())
+        self._device: Any = None
+        self._pool: Any = None
+        if self.switching and previous is not None and int(previous) != self._context_id:
+            self.restore(previous)  # creating a runtime changes no one's current device
+
+    def _attribute(self, handle: Any, name: str) -> int:
+        drv = self._driver
+        err, value = drv.cuDeviceGetAttribute(getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"),
+                                              handle)
+        check(err, f"reading device {self.ordinal}'s {name}")
+        return int(value)
+
+    @property
+    def device(self) -> Any:
+        """The ``cuda.core`` ``Device`` (imported and set up on first use)."""
+        if self._device is None:
+            with _CORE_OBJECTS:
+                if self._device is None:
+                    from cuda.core import Device
+
+                    device = Device(self.ordinal)
+                    with self.current():
+                        device.set_current()  # cuda.core's own per-object set-up
+                    self._device = device
+        return self._device
+
+    @property
+    def pool(self) -> Any:
+        """The target's own stream-ordered pool, made on first use and kept reserved between
+        calls like CuPy's and torch's caching allocators: with the driver's default release
+        threshold (0) every synchronize hands the memory back to the OS and the next allocation
+        maps it again."""
+        if self._pool is None:
+            with _CORE_OBJECTS:
+                if self._pool is None:
+                    self._pool = self._new_pool()
+        return self._pool
+
+    def _new_pool(self) -> Any:
+        from cuda.core import DeviceMemoryResource, DeviceMemoryResourceOptions
+
+        pool = DeviceMemoryResource(self.device, DeviceMemoryResourceOptions())
         try:
-            self.set_pool_attribute("RELEASE_THRESHOLD", 2**63)
+            self._set_pool_attribute(pool, "RELEASE_THRESHOLD", 2**63)
         except Exception as exc:  # only slower allocations after a synchronize
             warnings.warn(f"gpufuncs: could not keep the CUDA memory pool reserved: {exc}",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=4)
         if self.switching:
-            self._open_pool_to_peers()
-            if previous is not None and int(previous) != self._context_id:
-                self.restore(previous)  # creating a runtime changes no one's current device
+            self._open_pool_to_peers(pool)
+        return pool
 
-    def _open_pool_to_peers(self) -> None:
+    def _open_pool_to_peers(self, pool: Any) -> None:
         """Let every GPU that can reach this one use the pool's memory. Pool memory is mapped
         on its own device only (peer access enabled on contexts does not extend to pools), so
         without this a copy of a result made with another GPU's context current fails, where
         ``cuMemAlloc`` memory (Numba's, CuPy's, torch's) works."""
+        from cuda.core import Device
+
         try:
-            peers = [d.device_id for d in self._device_type.get_all_devices()
+            peers = [d.device_id for d in Device.get_all_devices()
                      if d.device_id != self.ordinal and d.can_access_peer(self.ordinal)]
             if peers:
-                self.pool.peer_accessible_by = peers
+                pool.peer_accessible_by = peers
         except Exception as exc:  # only cross-device use of results is affected
             warnings.warn(f"gpufuncs: could not open device {self.ordinal}'s memory pool to "
-                          f"its peers: {exc}", RuntimeWarning, stacklevel=3)
+                          f"its peers: {exc}", RuntimeWarning, stacklevel=5)
 
     def set_pool_attribute(self, name: str, value: int) -> None:
         """Set ``CU_MEMPOOL_ATTR_<name>`` of the target's pool (e.g. ``USED_MEM_HIGH`` to 0)."""
+        self._set_pool_attribute(self.pool, name, value)
+
+    def _set_pool_attribute(self, pool: Any, name: str, value: int) -> None:
         drv = self._driver
         attr = getattr(drv.CUmemPool_attribute, f"CU_MEMPOOL_ATTR_{name}")
-        (err,) = drv.cuMemPoolSetAttribute(self._pool_handle(), attr, drv.cuuint64_t(value))
-        _check(err, f"setting the memory pool's {name}")
+        (err,) = drv.cuMemPoolSetAttribute(self._pool_handle(pool), attr, drv.cuuint64_t(value))
+        check(err, f"setting the memory pool's {name}")
 
     def pool_attribute(self, name: str) -> int:
         """Read ``CU_MEMPOOL_ATTR_<name>`` of the target's pool (e.g. ``USED_MEM_HIGH``)."""
         drv = self._driver
         attr = getattr(drv.CUmemPool_attribute, f"CU_MEMPOOL_ATTR_{name}")
-        err, value = drv.cuMemPoolGetAttribute(self._pool_handle(), attr)
-        _check(err, f"reading the memory pool's {name}")
+        err, value = drv.cuMemPoolGetAttribute(self._pool_handle(self.pool), attr)
+        check(err, f"reading the memory pool's {name}")
         return int(value)
 
-    def _pool_handle(self) -> Any:
-        handle = self.pool.handle
+    def _pool_handle(self, pool: Any) -> Any:
+        handle = pool.handle
         return self._driver.CUmemoryPool(handle) if isinstance(handle, int) else handle
 
     def flag_ring(self) -> Any:
@@ -199,7 +254,8 @@ class Runtime:
         one GPU nothing else changes the context. (With several, :meth:`guarded` switches.)"""
         if not hasattr(self.bound, "here"):
             if not self.switching:
-                self.device.set_current()
+                (err,) = self._driver.cuCtxSetCurrent(self._context)
+                check(err, f"making device {self.ordinal}'s context current")
             self.bound.here = True
 
     def activate(self) -> Any:
@@ -213,14 +269,14 @@ class Runtime:
             # err: no usable driver here (a forked child): the work itself reports why.
             return None
         (err,) = drv.cuCtxSetCurrent(self._context)
-        _check(err, f"making device {self.ordinal}'s context current")
+        check(err, f"making device {self.ordinal}'s context current")
         return previous
 
     def restore(self, previous: Any) -> None:
         """Put back the context that :meth:`activate` replaced."""
         if previous is not None:
             (err,) = self._driver.cuCtxSetCurrent(previous)
-            _check(err, "restoring the caller's CUDA context")
+            check(err, "restoring the caller's CUDA context")
 
     @contextlib.contextmanager
     def current(self) -> Iterator[None]:
@@ -250,8 +306,12 @@ class Runtime:
         """The ``cuda.core`` stream for a raw ``cudaStream_t`` value (wrappers are cached)."""
         found = self._streams.get(handle)
         if found is None:
+            from cuda.core import LEGACY_DEFAULT_STREAM, PER_THREAD_DEFAULT_STREAM, Stream
+
             # Borrowed, not owned: the caller's library keeps the stream alive.
-            found = self._streams[handle] = self._stream_type.from_handle(handle)
+            found = self._streams[handle] = (
+                LEGACY_DEFAULT_STREAM if handle in LEGACY_HANDLES else
+                PER_THREAD_DEFAULT_STREAM if handle == 2 else Stream.from_handle(handle))
         return found
 
     def new_stream(self) -> Any:
@@ -349,14 +409,14 @@ class Runtime:
 
     def trim(self) -> None:
         """Give the memory the pool keeps reserved but unused back to the device."""
-        (err,) = self._driver.cuMemPoolTrimTo(self._pool_handle(), 0)
-        _check(err, "trimming the memory pool")
+        (err,) = self._driver.cuMemPoolTrimTo(self._pool_handle(self.pool), 0)
+        check(err, "trimming the memory pool")
 
     def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         """Asynchronous copy between unified addresses (host<->device or device<->device)."""
         if nbytes:
             (err,) = self._driver.cuMemcpyAsync(dst, src, nbytes, stream.handle)
-            _check(err, f"copying {nbytes} bytes")
+            check(err, f"copying {nbytes} bytes")
 
     def function(self, kernel: Any) -> Any:
         """The ``CUfunction`` of a loaded ``CUkernel`` in the current context."""
@@ -364,7 +424,7 @@ class Runtime:
         if found is None:
             with self.current():
                 err, found = self._driver.cuKernelGetFunction(kernel)
-            _check(err, "getting a kernel's function")
+            check(err, "getting a kernel's function")
             self._functions[kernel] = found
         return found
 
@@ -395,7 +455,7 @@ class Runtime:
                 stream = streams[handle] = new_stream(handle)
             (err,) = launch_kernel(function, blocks, 1, 1, BLOCK, 1, 1, 0, stream, pack(values), 0)
             if err:
-                _check(err, "launching a kernel")
+                check(err, "launching a kernel")
         return launch_bindings
 
     def pinned(self, nbytes: int) -> np.ndarray:
@@ -409,6 +469,7 @@ class Runtime:
 
 _SIM_LAUNCHES = threading.Lock()
 _FLAG_RINGS = threading.Lock()
+_CORE_OBJECTS = threading.RLock()  # a runtime's cuda.core device and pool, made once
 
 
 class SimRuntime(Runtime):
@@ -473,12 +534,14 @@ def device_count() -> int:
     """The number of CUDA devices this process sees (1 under the simulator)."""
     if SIMULATED:
         return 1
+    global _initialised_in
     from cuda.bindings import driver
 
     (err,) = driver.cuInit(0)
-    _check(err, "initialising the driver")
+    check(err, "initialising the driver")
+    _initialised_in = os.getpid()
     err, count = driver.cuDeviceGetCount()
-    _check(err, "counting devices")
+    check(err, "counting devices")
     return int(count)
 
 
