@@ -87,6 +87,10 @@ RATIO_TABLES = (
      "first other kernel, with a warm and a cold cache (MB resident); medians of fresh processes, beside "
      "Numba's @vectorize(cache=True) of the same body", "gpufuncs/numba",
      "Numba's import, load and first call", {"unit": "s"}),
+    ("gpu-h200_fresh", "A fresh process's first call on CuPy arrays, H200: gaussian on 10^6 float32 values "
+     "with warm disk caches, beyond import and context (s; medians over fresh processes, each run "
+     "listed), beside a CuPy ElementwiseKernel's first call of the same formula",
+     "gpufuncs/cupy", "CuPy's ElementwiseKernel's first call"),
 )
 
 INTRO = """\
@@ -115,7 +119,7 @@ saved with `--save`, which writes `benchmarks/results/`: `python -m benchmarks -
 `--suite gpu --save` on the H100, `--suite compose --save` (and `compose_gpu`), `--suite fresh
 --save` (fresh processes: the first call and one kernel's memory), and each script
 with its own `--save`: `python -m benchmarks.bench_types`, `bench_fpflags` and `bench_fuse`
-(`--gpu` for the GPU's files, `--loglik` for the fused reduction), `bench_reduce_gpu` (on the
+(`--gpu` for the GPU's files, `--loglik` for the fused reduction), `bench_reduce_gpu` and `gpu_fresh` (on the
 GPU), `python benchmarks/bench_vecmath.py`, `bench_dask.py` and
 `bench_multigpu.py`. Then `python benchmarks/figures.py` writes this page and its plots.
 
