@@ -8,6 +8,7 @@ the modules the kernels read in between (never the kernels' own module).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import gpufuncs as gf
+from gpufuncs.errors import DiskCacheWarning
 from gpufuncs.targets.cpu import cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,3 +266,35 @@ def test_replacing_a_kernel_twenty_times_keeps_no_memory(restore_registry):
     # Measured: 0.4 MiB (before the kernel's globals were copied only as far as its code reads
     # them: 2.6 MiB, every replaced kernel kept).
     assert grown < 1.5 * 2**20
+
+
+def test_a_cubin_entry_loads_what_was_saved_and_damage_is_a_miss(monkeypatch):
+    """The cuda target's cubin entries (the store and its misses; loading a cubin into the
+    driver is stood in for here, and tested on the GPU: ``test_cuda.py``)."""
+    import uuid
+
+    from gpufuncs.targets.cuda import cubins
+
+    monkeypatch.setattr(cubins, "kernel_from", lambda name, cubin: (name, cubin))
+    key = f"test entry {uuid.uuid4()}"
+    store = cubins._store(key)
+    entry_files = [Path(store._index_path), Path(store._cache_path) / store._data_name(1)]
+    try:
+        assert cubins.load(key) is None  # never saved
+        cubins.save(key, "entry", b"\x7fELF cubin")
+        assert cubins.load(key) == ("entry", b"\x7fELF cubin")
+        assert cubins.saved[-1] == key and cubins.loaded[-1] == key
+        entry_files[1].write_bytes(b"damaged")
+        with pytest.warns(DiskCacheWarning) if not cache._warned else contextlib.nullcontext():
+            assert cubins.load(key) is None
+        cubins.save(key, "entry", b"\x7fELF cubin")  # written again
+        assert cubins.load(key) == ("entry", b"\x7fELF cubin")
+
+        def rejected(name: str, cubin: bytes) -> None:
+            raise RuntimeError("CUDA error CUDA_ERROR_INVALID_IMAGE while loading the cubin")
+
+        monkeypatch.setattr(cubins, "kernel_from", rejected)
+        assert cubins.load(key) is None  # the driver rejects it: compiled again, not an error
+    finally:
+        for path in entry_files:
+            path.unlink(missing_ok=True)

@@ -4,9 +4,10 @@
   core operands are passed as :class:`SimPointer` / :class:`SimCore` objects over host memory
   (:func:`sim_value` builds them), and its device arrays are NumPy arrays underneath.
 * **Private APIs**, each used where no public one exists (checked with numba-cuda 0.30, CuPy 14,
-  PyTorch 2.11): the loaded ``CUkernel`` of a compiled Numba kernel, Numba's CUDA disk cache
-  class, building a ``DeviceNDArray`` or a CuPy array around our own memory without its
-  constructor's cost, and torch's raw current-stream getter.
+  PyTorch 2.11): the linked cubin and entry point of a compiled Numba kernel (and its loaded
+  ``CUkernel``, for code numba-cuda must set up itself), building a ``DeviceNDArray`` or a CuPy
+  array around our own memory without its constructor's cost, and torch's raw current-stream
+  getter.
 * **Code generation as NumPy computes**: an exact float remainder (:func:`exact_remainder`), put
   in while kernels compile (see :mod:`.compile`).
 """

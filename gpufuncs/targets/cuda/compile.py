@@ -88,8 +88,8 @@ class CudaKernels:
     def get(self, loop: Loop, argtypes: tuple[types.Type, ...], n: int,
             runtime: Runtime) -> tuple[Any, int]:
         """The launchable kernel for the declared ``loop`` and Numba argument types over ``n``
-        loop elements on ``runtime``'s GPU (compiled once, loaded per device, on first use), and
-        the loop elements each of its threads handles."""
+        loop elements on ``runtime``'s GPU (from the disk cache, else compiled, on first use),
+        and the loop elements each of its threads handles."""
         per_thread = elements_per_thread(self.spec, loop, n, runtime.multiprocessors)
         key = (loop.signature, argtypes, per_thread, runtime.ordinal)
         found = self._launchable.get(key)
