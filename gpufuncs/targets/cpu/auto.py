@@ -76,6 +76,13 @@ SAMPLES = 3
 #: parallel call can take milliseconds, and a later process should not inherit that.
 IMPLAUSIBLE_START = 2e-3
 
+#: A kernel's cost per element on ``parallel`` over this many times its cost on ``cpu`` is kept
+#: for this process only, not on disk, and one read from the disk is learned again: the same
+#: loop cut into chunks is not that much slower by itself, so its threads were waiting for
+#: cores (two test workers on two cores made hermite_norm's parallel calls 45x slower than
+#: cpu's, and every later process on that machine kept it on cpu, 1.85x slower than parallel).
+IMPLAUSIBLE_LOSS = 4.0
+
 #: Calls of this many loop elements or more are tried on ``parallel`` while ``auto`` learns,
 #: whatever the thread start measured on the proxy says (one measured in a slow stretch of
 #: the machine, 2 ms on the 16-core host, put every crossover in the millions); a call that
@@ -359,7 +366,8 @@ class AutoTarget:
         if learned.disk_key is None:
             return
         stored = self._entries().get("kernels", {}).get(learned.disk_key)
-        if not isinstance(stored, dict) or not _plausible_start(self._entries().get("start")):
+        if not (isinstance(stored, dict) and _plausible_costs(stored)
+                and _plausible_start(self._entries().get("start"))):
             return
         self._machine()
         for target, samples in (("cpu", learned.cpu), ("parallel", learned.parallel)):
@@ -381,7 +389,8 @@ class AutoTarget:
             costs = {t: learned.cost(t) for t in ("cpu", "parallel")}
             known: dict[str, float] = {t: c for t, c in costs.items() if c is not None}
             known.update({name: getattr(learned, name) for name in _SIZES_KEPT if getattr(learned, name)})
-            entries.setdefault("kernels", {})[learned.disk_key] = known
+            if _plausible_costs(known):  # an overloaded stretch's costs stay in this process
+                entries.setdefault("kernels", {})[learned.disk_key] = known
         path = self.path
         on_disk = _read(path)
         merged = {**on_disk, **entries, "format": FORMAT, "machine": _machine_key(),
@@ -431,6 +440,15 @@ def _plausible_start(stored: Any) -> bool:
     return isinstance(stored, dict) and all(
         isinstance(stored.get(t), (int, float)) and math.isfinite(stored[t]) and stored[t] >= 0
         for t in ("cpu", "parallel")) and stored["parallel"] - stored["cpu"] < IMPLAUSIBLE_START
+
+
+def _plausible_costs(stored: dict[str, Any]) -> bool:
+    """Whether a kernel's stored costs lack a parallel cost :data:`IMPLAUSIBLE_LOSS` times its
+    cpu cost or more (only such costs are kept on disk or trusted from it)."""
+    cpu, parallel = stored.get("cpu"), stored.get("parallel")
+    if not (isinstance(cpu, (int, float)) and isinstance(parallel, (int, float))):
+        return True
+    return not parallel >= IMPLAUSIBLE_LOSS * cpu
 
 
 def _default_directory() -> Path:
