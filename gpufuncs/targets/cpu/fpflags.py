@@ -167,27 +167,27 @@ def _without(run: Callable[[tuple[Any, ...]], int], inputs: tuple[Any, ...], cor
     """The status of ``run`` on ``inputs`` with every element that has an argument where
     ``special`` is true given the arguments of the first one that has none (all bits set
     when no element has one: nothing to refine with; 0 when every element has one)."""
-    bad, shape = None, None
+    bad = None
     for a, c in zip(inputs, core):
         if isinstance(a, np.ndarray) and a.dtype.kind in "fc":
             found = special(a)
             if c:
                 found = found.any(axis=tuple(range(a.ndim - c, a.ndim)))
             bad = found if bad is None else bad | found
-            shape = found.shape
         elif isinstance(a, float | complex | np.inexact) and special(a):
             return 0  # every element has such an argument
     if bad is None or not bad.any():
         return ~0  # no such argument: what the loop raised stands
-    good = np.flatnonzero(~bad.reshape(-1))
-    if good.size == 0:
+    index = int(np.argmin(bad.reshape(-1)))  # the first element without one (no index array:
+    if bad.flat[index]:                      # a call with NaN data pays this on every call)
         return 0
-    first = np.unravel_index(good[0], shape)
+    first = np.unravel_index(index, bad.shape)
     replaced = []
     for a, c in zip(inputs, core):
         if isinstance(a, np.ndarray) and a.ndim:
             copy = np.empty_like(a)  # the same layout: the loop was compiled for it
-            copy[...] = np.where(bad.reshape(bad.shape + (1,) * c), a[first], a)  # an input's copy
+            np.copyto(copy, a)
+            np.copyto(copy, a[first], where=bad.reshape(bad.shape + (1,) * c))
             replaced.append(copy)
         else:
             replaced.append(a)
