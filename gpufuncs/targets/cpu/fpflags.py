@@ -179,15 +179,14 @@ def _without(run: Callable[[tuple[Any, ...]], int], inputs: tuple[Any, ...], cor
     if bad is None or not bad.any():
         return ~0  # no such argument: what the loop raised stands
     index = int(np.argmin(bad.reshape(-1)))  # the first element without one (no index array:
-    if bad.flat[index]:                      # a call with NaN data pays this on every call)
+    if bad.flat[index]:                      # a call on NaN data pays this on every call)
         return 0
     first = np.unravel_index(index, bad.shape)
     replaced = []
-    for a, c in zip(inputs, core):
+    for a in inputs:
         if isinstance(a, np.ndarray) and a.ndim:
-            copy = np.empty_like(a)  # the same layout: the loop was compiled for it
-            np.copyto(copy, a)
-            np.copyto(copy, a[first], where=bad.reshape(bad.shape + (1,) * c))
+            copy = a.copy(order="K")  # the same layout: the loop was compiled for it
+            copy[bad] = a[first]  # (bad: the loop's shape; a core operand's rows replaced whole)
             replaced.append(copy)
         else:
             replaced.append(a)
