@@ -54,14 +54,14 @@ def test_a_kernel_within_bounds_computes_as_without_checks(target):
 
 
 def test_checks_are_part_of_the_cache_key(monkeypatch):
-    from gpufuncs.targets.cpu import _kernel_key
+    from gpufuncs.targets.cpu import kernel_key
 
     monkeypatch.delenv("GPUFUNCS_BOUNDSCHECK", raising=False)
     checked = bounds_within.spec
     plain = dataclasses.replace(checked, boundscheck=False)
     assert bounds_checked(checked) and not bounds_checked(plain)
-    assert None not in (_kernel_key(checked), _kernel_key(plain))
-    assert _kernel_key(checked) != _kernel_key(plain)
+    assert None not in (kernel_key(checked), kernel_key(plain))
+    assert kernel_key(checked) != kernel_key(plain)
 
 
 @pytest.mark.parametrize("target", [pytest.param("cuda", marks=pytest.mark.cuda)])

@@ -123,7 +123,7 @@ def _library_digest() -> str:
     return hashlib.sha256(sources + COMPILED_AS.encode()).hexdigest()[:16]
 
 
-def _kernel_key(spec: KernelSpec) -> str | None:
+def kernel_key(spec: KernelSpec) -> str | None:
     """What the compiled code of ``spec`` depends on, in every dtype (``None``: not cached, for
     a kernel without a source file or with closure values that cannot be digested)."""
     depends = cache.dependency_digest(spec.pyfunc)
@@ -134,8 +134,8 @@ def _kernel_key(spec: KernelSpec) -> str | None:
 
 
 def _cache_key(spec: KernelSpec, loop: Loop) -> str | None:
-    """The flat loops' disk-cache key for ``spec``'s ``loop`` (see :func:`_kernel_key`)."""
-    key = _kernel_key(spec)
+    """The flat loops' disk-cache key for ``spec``'s ``loop`` (see :func:`kernel_key`)."""
+    key = kernel_key(spec)
     return None if key is None else f"{key}:{loop.types}:{fpflags.cache_tag()}"
 
 
@@ -176,7 +176,7 @@ class CpuKernel:
         ``math`` functions replaced by ones that vectorize (see :mod:`.vecmath`). An elementwise
         kernel's is inlined into the loops (:func:`.loops.inline_into_loops`)."""
         if self._scalar is None:
-            key = _kernel_key(self.spec)
+            key = kernel_key(self.spec)
 
             def prepare(pyfunc: Any) -> Any:
                 copy = with_vector_math(pyfunc)

@@ -472,9 +472,9 @@ def _machine_key() -> str:
 def _disk_key(spec: KernelSpec, key: tuple[Any, ...]) -> str | None:
     """The kernel's entry in the file: its disk-cache key (``None`` for a kernel without a
     source file, which learns per process), dtype and core sizes."""
-    from . import _kernel_key  # the package imports this module first
+    from . import kernel_key  # the package imports this module first
 
-    kernel = _kernel_key(spec)
+    kernel = kernel_key(spec)
     return None if kernel is None else f"{kernel}:{key[0]}:{key[1]}"
 
 

@@ -109,9 +109,9 @@ def check_signatures(spec: KernelSpec) -> None:
     KernelDefinitionError
         Naming the kernel, the signature and Numba's message, colourless.
     """
-    from . import _kernel_key
+    from . import kernel_key
 
-    key = _kernel_key(spec)
+    key = kernel_key(spec)
     pending = [loop for loop in spec.loops
                if key is None or not marker(key, loop.types).exists()]
     if not pending:

@@ -119,46 +119,6 @@ def numba_device(array: Any) -> int | None:
     return None if memory is None else memory.context.device.id
 
 
-def _host_alloc(nbytes: int, flags: int) -> np.ndarray:
-    """``nbytes`` of page-locked host memory from ``cuMemHostAlloc`` with ``flags`` (the current
-    context must be set), as a byte array that frees it when the last view of it is dropped."""
-    import weakref
-
-    from cuda.bindings import driver
-
-    from .runtime import explain
-
-    err, address = driver.cuMemHostAlloc(nbytes, flags)
-    if err == driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-        raise MemoryError(f"out of pinned host memory allocating {nbytes:,} bytes")
-    if int(err) != 0:
-        raise RuntimeError(explain(err, f"allocating {nbytes:,} bytes of pinned host memory"))
-    owner = (ctypes.c_uint8 * nbytes).from_address(address)
-    weakref.finalize(owner, driver.cuMemFreeHost, address)
-    return np.frombuffer(owner, np.uint8)
-
-
-def portable_pinned(nbytes: int) -> np.ndarray:
-    """Page-locked host memory pinned for every context (``CU_MEMHOSTALLOC_PORTABLE``), as a
-    byte array: ``numba.cuda.pinned_array`` pins for the current context only, and copies
-    another GPU makes from such memory run at pageable speed."""
-    return _host_alloc(nbytes, 0x01)  # CU_MEMHOSTALLOC_PORTABLE
-
-
-def mapped_pinned(nbytes: int) -> tuple[np.ndarray, int]:
-    """Page-locked host memory mapped into the current context's GPU address space, portable
-    (pinned for every context): the host array of its bytes and its device address (under
-    unified addressing the same value), where a kernel's stores land in host memory."""
-    from cuda.bindings import driver
-
-    words = _host_alloc(nbytes, 0x01 | 0x02)  # CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
-    from .runtime import check
-
-    err, address = driver.cuMemHostGetDevicePointer(words.ctypes.data, 0)
-    check(err, "mapping pinned host memory into the GPU's address space")
-    return words, int(address)
-
-
 def numba_array_maker(shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype,
                       device: int = 0) -> Callable[[int, int, Any], Any]:
     """``make(address, nbytes, owner)``: a Numba ``DeviceNDArray`` of this layout over memory

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ...spec import KernelSpec, Loop
-from ..base import COMPILED_AS
-from ..cpu.cache import dependency_digest, entry_store, load_entry, save_entry
+from ..cpu import kernel_key
+from ..cpu.cache import entry_store, load_entry, save_entry
 from . import fpflags
 from .runtime import Runtime, check
 
@@ -31,21 +31,20 @@ def entry_key(spec: KernelSpec, loop: Loop, argtypes: tuple[Any, ...], per_threa
               runtime: Runtime) -> str | None:
     """The key of a kernel of ``spec`` compiled for ``loop``, Numba argument types ``argtypes``
     and ``per_thread`` loop elements per thread, for ``runtime``'s GPU; ``None`` for a kernel
-    that is not cached (no source file, or values its code depends on that cannot be digested:
-    see :func:`~..cpu.cache.dependency_digest`).
+    that is not cached (see :func:`~..cpu.kernel_key`).
 
-    The key holds the kernel's module source and what its code depends on beyond it (the
-    kernels and functions it calls among them), the templates' and code generation's own
-    sources (:func:`_generator_digest`), whether results are checked for floating-point errors,
-    the complex arithmetic and integer semantics compiled in, the GPU's compute capability, the
-    driver's version and Numba's and numba-cuda's."""
-    depends = dependency_digest(spec.pyfunc)
-    if spec.source_key is None or depends is None:
+    The key holds :func:`~..cpu.kernel_key` (the kernel's module source, what its code depends
+    on beyond it, the kernels and functions it calls among them, and the shared code
+    generation: complex and integer arithmetic, the scalar helpers), the sources of this
+    package's templates (:func:`_generator_digest`), whether results are checked for
+    floating-point errors, the GPU's compute capability, the driver's version and Numba's and
+    numba-cuda's."""
+    kernel = kernel_key(spec)
+    if kernel is None:
         return None
     major, minor = runtime.compute_capability
-    return ":".join(map(str, (
-        spec.source_key, depends, loop.signature, argtypes, per_thread, fpflags.ENABLED, COMPILED_AS,
-        _generator_digest(), f"sm_{major}{minor}", *_versions())))
+    return ":".join(map(str, (kernel, loop.signature, argtypes, per_thread, fpflags.ENABLED,
+                              _generator_digest(), f"sm_{major}{minor}", *_versions())))
 
 
 #: The keys of the kernels this process loaded from the disk cache, and of those it saved there
@@ -101,16 +100,12 @@ def _store(key: str) -> Any:
 
 @functools.cache
 def _generator_digest() -> str:
-    """A digest of the sources that generate a kernel's code around its scalar function: this
-    package (the templates, the flags, the complex and integer arithmetic put in) and the
-    modules it compiles with."""
+    """A digest of the sources that generate a kernel's code around its scalar function and
+    that :func:`~..cpu.kernel_key` does not cover: this package (the templates, the flags) and
+    the arithmetic replaced while kernels compile (``base``)."""
     package = Path(__file__).parent
-    targets = package.parent
-    shared = (targets / "base.py", targets / "compose.py", targets / "numpy_complex.py",
-              targets.parent / "scalar.py")
-    files = [*sorted(package.glob("*.py")), *shared]
     digest = hashlib.sha256()
-    for path in files:
+    for path in (*sorted(package.glob("*.py")), package.parent / "base.py"):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:32]
 

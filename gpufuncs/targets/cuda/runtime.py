@@ -19,6 +19,7 @@ import sys
 import threading
 import types
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -95,6 +96,40 @@ def check(err: Any, what: str) -> None:
         raise RuntimeError(explain(err, what))
 
 
+def _host_alloc(nbytes: int, flags: int) -> np.ndarray:
+    """``nbytes`` of page-locked host memory from ``cuMemHostAlloc`` with ``flags`` (the current
+    context must be set), as a byte array that frees it when the last view of it is dropped."""
+    from cuda.bindings import driver
+
+    err, address = driver.cuMemHostAlloc(nbytes, flags)
+    if err == driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+        raise MemoryError(f"out of pinned host memory allocating {nbytes:,} bytes")
+    if int(err) != 0:
+        raise RuntimeError(explain(err, f"allocating {nbytes:,} bytes of pinned host memory"))
+    owner = (ctypes.c_uint8 * nbytes).from_address(address)
+    weakref.finalize(owner, driver.cuMemFreeHost, address)
+    return np.frombuffer(owner, np.uint8)
+
+
+def _portable_pinned(nbytes: int) -> np.ndarray:
+    """Page-locked host memory pinned for every context (``CU_MEMHOSTALLOC_PORTABLE``), as a
+    byte array: ``numba.cuda.pinned_array`` pins for the current context only, and copies
+    another GPU makes from such memory run at pageable speed."""
+    return _host_alloc(nbytes, 0x01)  # CU_MEMHOSTALLOC_PORTABLE
+
+
+def _mapped_pinned(nbytes: int) -> tuple[np.ndarray, int]:
+    """Page-locked host memory mapped into the current context's GPU address space, portable
+    (pinned for every context): the host array of its bytes and its device address (under
+    unified addressing the same value), where a kernel's stores land in host memory."""
+    from cuda.bindings import driver
+
+    words = _host_alloc(nbytes, 0x01 | 0x02)  # CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
+    err, address = driver.cuMemHostGetDevicePointer(words.ctypes.data, 0)
+    check(err, "mapping pinned host memory into the GPU's address space")
+    return words, int(address)
+
+
 class Runtime:
     """One GPU through ``cuda.core``: streams by handle, a stream-ordered pool, copies, launches.
 
@@ -152,16 +187,7 @@ class Runtime:
     @property
     def device(self) -> Any:
         """The ``cuda.core`` ``Device`` (imported and set up on first use)."""
-        if self._device is None:
-            with _CORE_OBJECTS:
-                if self._device is None:
-                    from cuda.core import Device
-
-                    device = Device(self.ordinal)
-                    with self.current():
-                        device.set_current()  # cuda.core's own per-object set-up
-                    self._device = device
-        return self._device
+        return self._made_once("_device", self._new_device)
 
     @property
     def pool(self) -> Any:
@@ -169,11 +195,25 @@ class Runtime:
         calls like CuPy's and torch's caching allocators: with the driver's default release
         threshold (0) every synchronize hands the memory back to the OS and the next allocation
         maps it again."""
-        if self._pool is None:
+        return self._made_once("_pool", self._new_pool)
+
+    def _made_once(self, name: str, make: Callable[[], Any]) -> Any:
+        found = getattr(self, name)
+        if found is None:
             with _CORE_OBJECTS:
-                if self._pool is None:
-                    self._pool = self._new_pool()
-        return self._pool
+                found = getattr(self, name)
+                if found is None:
+                    found = make()
+                    setattr(self, name, found)
+        return found
+
+    def _new_device(self) -> Any:
+        from cuda.core import Device
+
+        device = Device(self.ordinal)
+        with self.current():
+            device.set_current()  # cuda.core's own per-object set-up
+        return device
 
     def _new_pool(self) -> Any:
         from cuda.core import DeviceMemoryResource, DeviceMemoryResourceOptions
@@ -242,10 +282,8 @@ class Runtime:
     def _mapped(self, nbytes: int) -> tuple[np.ndarray, int]:
         """Zeroed page-locked host memory mapped into the GPU's address space: the host array
         and the device address of the same bytes."""
-        from .compat import mapped_pinned
-
         with self.current():
-            words, address = mapped_pinned(nbytes)
+            words, address = _mapped_pinned(nbytes)
         words[:] = 0
         return words, address
 
@@ -461,10 +499,8 @@ class Runtime:
     def pinned(self, nbytes: int) -> np.ndarray:
         """Page-locked host memory (DMA-able at full PCIe speed), as a byte array; portable:
         pinned for every GPU's context, so any device's copies run at full speed from it."""
-        from .compat import portable_pinned
-
         with self.current():
-            return portable_pinned(max(nbytes, 1))
+            return _portable_pinned(max(nbytes, 1))
 
 
 _SIM_LAUNCHES = threading.Lock()
