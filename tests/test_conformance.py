@@ -46,7 +46,7 @@ from typing import Any
 import numba
 import numpy as np
 import pytest
-from hypothesis import assume, given, note, settings
+from hypothesis import assume, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 from test_types import types_floor_divide, types_multiply
@@ -1020,6 +1020,10 @@ def run_reduction(ufunc: Any, r: Reduction, **extra: Any) -> Outcome:
 @pytest.mark.skipif(SIMULATED, reason="host methods; the cuda reduce runs in tests/test_cuda_sim.py")
 @settings(max_examples=_examples(120))
 @given(r=reductions())
+# Found by the README's run (Hypothesis's default profile): an int64 out= makes NumPy sum float32
+# values in float64, its accumulator, with -inf's cast into it first (INT64_MIN, then + 65504).
+@example(r=Reduction("add", "reduce", Operand("array", "f", (), "C", (65504.0,)),
+                     {"axis": None, "initial": -math.inf}, ((), "q")))
 def test_reduce_and_accumulate_agree_with_numpy(r: Reduction) -> None:
     """Numba's ufunc with the kernel's float32/float64 loops and identity is a real numpy.ufunc:
     its methods are NumPy's (axis, out=, where=, initial, keepdims, 0-d, subclasses)."""
@@ -1036,21 +1040,25 @@ def test_reduce_and_accumulate_agree_with_numpy(r: Reduction) -> None:
 
 
 @pytest.mark.skipif(SIMULATED, reason="host methods; the cuda reduce runs in tests/test_cuda_sim.py")
-@pytest.mark.parametrize("out_dtype", [np.float64, np.float16, np.int64])
+@pytest.mark.parametrize("out_dtype", [np.float64, np.float16, np.int64, np.int32, np.int16, np.int8,
+                                       np.uint32, np.bool_])
 @pytest.mark.parametrize("method", ["reduce", "accumulate"])
-def test_reduce_and_accumulate_compute_in_a_floating_outs_dtype(method: str, out_dtype: type) -> None:
-    """NumPy's rule, found by the property test above: without dtype=, a floating out= sets the
-    loop (float32 values summed into a float64 out= in float64: 1 + 1e-7, not 1.00000012);
-    an integer one does not, and receives the cast result."""
+def test_reduce_and_accumulate_compute_in_the_loop_of_out_and_values(method: str, out_dtype: type) -> None:
+    """NumPy's rule, found by the property test above: without dtype=, out= is the accumulator
+    and takes the loop's first input place, so the loop is the first that both the out= dtype
+    and the values cast to safely. float32 values sum into a float64, int64, int32 or uint32
+    out= in float64 (16777216 + 1 is 16777217), into a float16, int16, int8 or bool one in
+    float32 (16777216)."""
     op = OPS["add"]
-    x = np.array([0.0, 1.0, 1e-7], np.float32)
+    x = np.array([16777216.0, 1.0, 0.0, 1e-7], np.float32)
     shape = () if method == "reduce" else x.shape
     results = []
     for ufunc, extra in ((op.fd, {}), (op.kernel, {"target": "cpu"})):
         out = np.zeros(shape, out_dtype)
-        assert getattr(ufunc, method)(x, out=out, **extra) is out
+        with np.errstate(all="ignore"):  # (16777217 overflows the small integers, as NumPy's)
+            assert getattr(ufunc, method)(x, out=out, **extra) is out
         results.append(out)
-    np.testing.assert_array_equal(results[1], results[0])
+    assert same_values(results[1], results[0]), f"{results[1]!r}, NumPy's {results[0]!r}"
 
 
 @pytest.mark.parametrize("target", TARGETS)

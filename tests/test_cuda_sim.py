@@ -338,6 +338,28 @@ else:
         assert masked.dtype == np.int64
         np.testing.assert_array_equal(to_host(masked), np.add.reduce(m, axis=1, where=mask))
 
+    @pytest.mark.parametrize("out_dtype", [np.int64, np.float64, np.int16, np.float16])
+    def test_reduce_into_out_computes_in_the_loop_of_out_and_values(out_dtype):
+        """NumPy's rule on the device too: out= is the accumulator, so float32 values sum into
+        an int64 or float64 out= in float64 (16777216 + 1 is 16777217, 1 + 0.99999994 truncates
+        to 1), into an int16 or float16 one in float32 (1 + 0.99999994 rounds to 2), and the
+        sum is cast into out= unsafely, as NumPy's reduce casts it."""
+        @gf.ufunc(signatures=gf.float_signatures(2), identity=0, reference=np.add, replace=True,
+                  name="sim_float_add")
+        def float_add(a, b):
+            return a + b
+
+        m = np.array([[1.0, 0.99999994, 0.0], [16777216.0, 0.0, 1.0]], np.float32)
+        m = m if np.dtype(out_dtype).itemsize >= 4 else m[:1]  # (16777217 overflows int16)
+        want = np.zeros(len(m), out_dtype)
+        with np.errstate(all="ignore"):
+            np.add.reduce(m, axis=1, out=want)
+        for array in (cuda.to_device(m), m):
+            out = cuda.to_device(np.zeros(len(m), out_dtype))
+            with np.errstate(all="ignore"):
+                assert float_add.reduce(array, axis=1, out=out, target="cuda") is out
+            np.testing.assert_array_equal(to_host(out), want)
+
     def test_reduce_of_host_arrays_runs_in_pieces(hypot_kernel, monkeypatch):
         """Host arrays on cuda reduce in pieces, a thread each, then the pieces' results, until
         one is left (small pieces here): every element once, in the same order every run."""

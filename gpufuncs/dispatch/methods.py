@@ -120,36 +120,44 @@ def _host_array(array: Any) -> np.ndarray:
     return array if isinstance(array, np.ndarray) else np.asarray(array)
 
 
-def _host_loop(kernel: Kernel, dtype: np.dtype, requested: Any) -> tuple[np.dtype, np.dtype]:
-    """The loop dtype and result dtype gpufuncs' rules choose for input ``dtype``."""
+def _host_loop(kernel: Kernel, dtype: np.dtype, requested: Any, out: Any) -> tuple[np.dtype, np.dtype]:
+    """The loop dtype and result dtype gpufuncs' rules choose for input ``dtype``, ``dtype=``
+    ``requested`` and ``out=`` ``out`` (see :func:`_operands`)."""
     if dtype.kind not in "biufc":
         raise TypeError(f"{kernel.__name__}: unsupported dtype {dtype} for the input; "
                         f"loops: {', '.join(kernel.types)}")
-    if kernel.spec.lazy:  # the loop a call with two such inputs adds
-        kernel.learn_loop([dtype, dtype], requested)
-    return _host_loop_of(kernel.spec, dtype, None if requested is None else np.dtype(requested))
+    operands = _operands(dtype, requested, out)
+    if kernel.spec.lazy:  # the loop such a call adds
+        kernel.learn_loop(list(operands), requested)
+    return _host_loop_of(kernel.spec, operands, None if requested is None else np.dtype(requested))
 
 
 @functools.lru_cache(maxsize=256)
-def _host_loop_of(spec: KernelSpec, dtype: np.dtype, requested: np.dtype | None) -> tuple[np.dtype, np.dtype]:
+def _host_loop_of(spec: KernelSpec, operands: tuple[np.dtype, np.dtype],
+                  requested: np.dtype | None) -> tuple[np.dtype, np.dtype]:
     """:func:`_host_loop` for a spec (a lazy kernel's changes with each loop it learns) and
     dtypes: decided once (most of a small reduction's time was this resolution)."""
-    found = resolve_loop(spec, [dtype, dtype], requested)
+    found = resolve_loop(spec, list(operands), requested)
     loop, result = found.compiled.inputs[0], found.outputs[0]
+    dtype = operands[1]
     if not np.can_cast(dtype, result, "same_kind"):
         raise TypeError(f"{spec.name}: cannot cast the input from {dtype} to the {result} "
                         "loop with casting='same_kind'")
     return loop, result
 
 
-def _requested(dtype: Any, out: Any) -> Any:
-    """The dtype asked for, or a floating ``out=``'s where none is: NumPy's reduce and
-    accumulate then compute in the output's dtype (float32 values into a float64 out= sum in
-    float64). An integer out= keeps the input's loop, and NumPy casts the result into it."""
+def _operands(dtype: np.dtype, requested: Any, out: Any) -> tuple[np.dtype, np.dtype]:
+    """The dtypes a reduction's or accumulation's loop is resolved for, as NumPy's reduce and
+    accumulate resolve it: the values' twice, or, with ``out=`` and no ``dtype=``, the output's
+    in the first input's place (it is the accumulator). So float32 values summed into an int64
+    or float64 ``out=`` are summed in float64 (16777216 + 1 is 16777217), into an int16 or
+    float16 one in float32."""
     given = out[0] if isinstance(out, tuple) and len(out) == 1 else out
-    if dtype is None and isinstance(given, np.ndarray) and given.dtype.kind == "f":
-        return given.dtype
-    return dtype
+    if requested is None and given is not None and not np.isscalar(given):
+        info = given if isinstance(given, np.ndarray) else describe(given)
+        if info is not None:
+            return np.dtype(info.dtype), dtype
+    return dtype, dtype
 
 
 def _numpy(kernel: Kernel, method: str, run: Callable[[], Any]) -> Any:
@@ -188,7 +196,7 @@ def reduce(kernel: Kernel, array: Any, axis: Any = 0, dtype: Any = None, out: An
     if device_arrays_of(array) is not None or target == "cuda":
         return _device_reduce(kernel, array, axis, dtype, out, keepdims, initial, where, key)
     array = _host_array(array)
-    loop, result = _host_loop(kernel, array.dtype, _requested(dtype, out))
+    loop, result = _host_loop(kernel, array.dtype, dtype, out)
     ufunc = _host_ufunc(kernel, target)
     if initial is NO_VALUE and kernel.identity is not None and (
             where is not True or _reduces_nothing(kernel, array, axis)):
@@ -208,7 +216,7 @@ def accumulate(kernel: Kernel, array: Any, axis: int = 0, dtype: Any = None, out
     if deferred is not NO_VALUE:
         return deferred
     array = _host_array(array)
-    loop, result = _host_loop(kernel, array.dtype, _requested(dtype, out))
+    loop, result = _host_loop(kernel, array.dtype, dtype, out)
     ufunc = _host_ufunc(kernel, target)
     given = out[0] if isinstance(out, tuple) and len(out) == 1 else out
     if array.ndim and isinstance(given, np.ndarray) and given.shape != array.shape:
@@ -289,9 +297,9 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
     ones = tuple(1 if d in axes else n for d, n in enumerate(shape))  # keepdims' shape
     result_shape = ones if keepdims else tuple(n for d, n in enumerate(shape) if d not in axes)
     out = _device_out(kernel, out, result_shape)
-    if dtype is None and out is not None:  # NumPy's rule: a floating out='s dtype is the loop's
-        given = out.dtype if isinstance(out, np.ndarray) else describe(out).dtype
-        dtype = given if given.kind == "f" else None
+    if dtype is None and out is not None:  # NumPy's rule: out= is the accumulator (_operands)
+        values = np.dtype(array.dtype if isinstance(array, np.ndarray) else describe(array).dtype)
+        dtype = kernel.resolve_loop(list(_operands(values, None, out))).inputs[0]
     options = {"target": "cuda"} if dtype is None else {"target": "cuda", "dtype": dtype}
     if where is not True:
         array = _where_identity(kernel, array, where, initial, options)
@@ -326,10 +334,11 @@ def _device_reduce(kernel: Kernel, array: Any, axis: Any, dtype: Any, out: Any, 
 
 
 def _into(kernel: Kernel, result: Any, out: Any) -> Any:
-    """``result``, or ``out`` with it copied in where ``out=`` was given."""
+    """``result``, or ``out`` with it copied in where ``out=`` was given (cast unsafely, as
+    NumPy's reduce casts into its out=: a float64 sum into an int64 out= truncates)."""
     if out is None:
         return result
-    _device_copy(type(kernel))(result, out=out, target="cuda")
+    _device_copy(type(kernel))(result, out=out, target="cuda", casting="unsafe")
     return out
 
 
