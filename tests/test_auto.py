@@ -280,6 +280,7 @@ print(json.dumps({"timed": targets.AUTO_HOST.timed, "proxies": proxies,
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_new_process_measures_nothing(kernels, tmp_path):
     """The first process measures the machine (on the library's own copy kernel) and learns
     the kernels from its calls; the next one finds all of it on disk."""
@@ -303,8 +304,9 @@ def test_a_new_process_measures_nothing(kernels, tmp_path):
                                          for k in stored.get("kernels", {}).values())
 
     # A thread start or a kernel's parallel costs measured in an overloaded stretch
-    # (IMPLAUSIBLE_START, IMPLAUSIBLE_LOSS: the slow suite's two workers on two cores) are kept
-    # from the disk, rightly: the first process runs again then, in a folder of its own.
+    # (IMPLAUSIBLE_START, IMPLAUSIBLE_LOSS: another test on the other of two cores, which is
+    # why CI runs this one alone) are kept from the disk, rightly: the first process runs
+    # again then, in a folder of its own.
     for attempt in range(5):  # (about a second each)
         cache = tmp_path / f"attempt{attempt}"
         first = run(cache)
