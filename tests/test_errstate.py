@@ -147,6 +147,56 @@ def test_ignore_and_clean_inputs_give_no_warning(target):
     assert record == []
 
 
+_INTS = ("int8", "uint8", "int64", "uint64")
+
+
+@gf.ufunc(signatures=[f"{t}({t}, {t})" for t in _INTS])
+def int_floor_divide(a, b):
+    return a // b
+
+
+@gf.ufunc(signatures=[f"{t}({t}, {t})" for t in _INTS])
+def int_remainder(a, b):
+    return a % b
+
+
+@gf.ufunc(signatures=[f"UniTuple({t}, 2)({t}, {t})" for t in _INTS])
+def int_divmod(a, b):
+    return divmod(a, b)
+
+
+@pytest.mark.parametrize("target", HOST_TARGETS)
+@pytest.mark.parametrize("dtype", _INTS)
+@pytest.mark.parametrize(("kernel", "reference"), [(int_floor_divide, np.floor_divide),
+                                                   (int_remainder, np.remainder),
+                                                   (int_divmod, np.divmod)],
+                         ids=["floor_divide", "remainder", "divmod"])
+def test_integer_division_reports_as_numpy(kernel, reference, dtype, target):
+    """NumPy's integer loops raise divide by zero for a zero divisor, and overflow for the
+    quotient (not the remainder) of the most negative integer by -1; the host's compiled
+    integer division raises the same (targets/cpu/division.py) on every layout, with NumPy's
+    values. (Numba types int8 // int8 as int64: -128 // -1 is 128 there, stored as -128, the
+    value NumPy gives, without NumPy's overflow: docs/semantics.md.)"""
+    info = np.iinfo(dtype)
+    a = np.resize(np.array([7, info.min, 5, info.max, 0], dtype), N)
+    cases = {"clean": np.resize(np.array([2, 3, 1, 7, 5], dtype), N),
+             "zero": np.resize(np.array([2, 3, 0, 7, 5], dtype), N)}
+    if info.min < 0 and info.bits == 64:  # (narrower ones divide in int64, as Numba types
+        cases["wraps"] = np.resize(np.array([2, -1, 1, 7, 5], dtype), N)  # them: no overflow)
+    for name, b in cases.items():
+        for x, y in ((a, b), (a[::-2], b[::-2]), (a[:3], b[:3])):
+            want = numpy_kinds(reference, x, y)
+            assert gf_kinds(kernel, x, y, target=target) == want, name
+            assert bool(want) == (name != "clean" and (name, reference) != ("wraps", np.remainder))
+            if want:
+                with np.errstate(all="raise"), pytest.raises(FloatingPointError, match=want[0]):
+                    kernel(x, y, target=target)
+            with np.errstate(all="ignore"):
+                got, expected = kernel(x, y, target=target), reference(x, y)
+            for mine, numpys in zip(*((v,) if isinstance(v, np.ndarray) else v for v in (got, expected))):
+                np.testing.assert_array_equal(mine, numpys)
+
+
 @pytest.mark.parametrize("target", [*HOST_TARGETS, pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_a_first_call_under_raise_compiles(target):
     """Compiling is not computing: a kernel's first call inside ``np.errstate(all="raise")``

@@ -318,7 +318,8 @@ def compiling() -> Iterator[None]:
 
 #: What compiled kernels depend on in how :func:`compiling` compiles them: part of the disk
 #: caches' keys (code cached before signed integers wrapped is not loaded).
-COMPILED_AS = "signed integers wrap, -2**63 // -1 too; float remainder by fmod"
+COMPILED_AS = ("signed integers wrap, -2**63 // -1 too; float remainder by fmod; host integer "
+               "division flags divide by zero and overflow, and divides once")
 
 #: ``(module, attribute, replacement)``: the Numba functions :func:`numpys_arithmetic` replaces
 #: while a kernel compiles (each module imported first: Numba imports its lowering modules at
@@ -337,7 +338,8 @@ def no_flags(original: Any) -> Callable[[Any], list[str]]:
 def numpys_integer_division(original: Any) -> Callable[..., Any]:
     """Numba's signed integer ``divmod`` (``//``, ``%``) with NumPy's quotient of the most
     negative integer by ``-1``: the quotient wraps to that integer itself (remainder 0), where
-    Numba gives 0 (it skips the division, which traps on x86)."""
+    Numba gives 0 (it skips the division, which traps on x86). For the cuda target's copies of
+    Numba's lowering; the host's is :mod:`gpufuncs.targets.cpu.division`."""
 
     def int_divmod_signed(context: Any, builder: Any, ty: Any, x: Any, y: Any) -> Any:
         quotient, remainder = original(context, builder, ty, x, y)
@@ -348,8 +350,7 @@ def numpys_integer_division(original: Any) -> Callable[..., Any]:
     return int_divmod_signed
 
 
-REPLACEMENTS += [("numba.cpython.numbers", "_int_arith_flags", no_flags),
-                 ("numba.cpython.numbers", "int_divmod_signed", numpys_integer_division)]
+REPLACEMENTS += [("numba.cpython.numbers", "_int_arith_flags", no_flags)]  # (and cpu.division's)
 
 
 @contextlib.contextmanager
@@ -361,8 +362,9 @@ def numpys_arithmetic() -> Iterator[None]:
     ``nsw`` (overflow is undefined: it lets LLVM drop the negative-index check of ``a[i + 1]``),
     and LLVM then may compute an expression that overflows as if it had not: ``abs(a - b)`` of
     int64 ``1`` and ``-2**63`` came out negative, where NumPy's difference wraps and its
-    absolute value is ``2**63 - 1``. ``-2**63 // -1`` is ``-2**63`` as NumPy's
-    (:func:`numpys_integer_division`). The CUDA target adds its float remainder (see
+    absolute value is ``2**63 - 1``. ``-2**63 // -1`` is ``-2**63`` as NumPy's (on the host
+    :mod:`gpufuncs.targets.cpu.division`, which also raises NumPy's flags; on cuda
+    :func:`numpys_integer_division`). The CUDA target adds its float remainder (see
     :func:`gpufuncs.targets.cuda.compat.exact_remainder`). Compilations of other code in other
     threads meanwhile get the replacements too (they only compute more exactly, or miss an
     optimization). Overlapping compilations share one replacement: the first puts it in, the

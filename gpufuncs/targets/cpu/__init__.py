@@ -53,6 +53,7 @@ from ..base import (
 from ..compose import compiled_body
 from ..fpstatus import report
 from . import auto, cache, fpflags, loops, vecmath
+from . import division as division  # (imported for its lowering, which it registers)
 from .layers import GUARD
 from .vecmath import with_vector_math
 
