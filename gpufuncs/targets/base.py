@@ -318,8 +318,7 @@ def compiling() -> Iterator[None]:
 
 #: What compiled kernels depend on in how :func:`compiling` compiles them: part of the disk
 #: caches' keys (code cached before signed integers wrapped is not loaded).
-COMPILED_AS = ("signed integers wrap, -2**63 // -1 too; float remainder by fmod; host integer "
-               "division flags divide by zero and overflow, and divides once")
+COMPILED_AS = "signed integers wrap, -2**63 // -1 too; float remainder by fmod"
 
 #: ``(module, attribute, replacement)``: the Numba functions :func:`numpys_arithmetic` replaces
 #: while a kernel compiles (each module imported first: Numba imports its lowering modules at

@@ -52,8 +52,7 @@ from ..base import (
 )
 from ..compose import compiled_body
 from ..fpstatus import report
-from . import auto, cache, fpflags, loops, vecmath
-from . import division as division  # (imported for its lowering, which it registers)
+from . import auto, cache, division, fpflags, loops, vecmath  # (division registers its lowering)
 from .layers import GUARD
 from .vecmath import with_vector_math
 
@@ -115,12 +114,13 @@ def _compile(spec: KernelSpec, target: str, build: Callable[[], Any]) -> Any:
 @functools.cache
 def _library_digest() -> str:
     """What the compiled loops depend on besides the kernel and the loops' own file (whose
-    change Numba notices): the vector math's, the scalar helpers', the kernel copies' and the
-    complex arithmetic's sources."""
+    change Numba notices): the vector math's, the scalar helpers', the kernel copies', the
+    complex arithmetic's and the integer division's sources."""
     from ... import scalar
     from .. import compose, numpy_complex
 
-    sources = b"".join(Path(m.__file__).read_bytes() for m in (vecmath, scalar, compose, numpy_complex))
+    sources = b"".join(Path(m.__file__).read_bytes()
+                       for m in (vecmath, scalar, compose, numpy_complex, division))
     return hashlib.sha256(sources + COMPILED_AS.encode()).hexdigest()[:16]
 
 
