@@ -63,10 +63,10 @@ def by_hand(x, w):
         u = (e * (as_type(_INV_SQRT_2PI, z) / (sigma * scale))) * scale
         density = u * e if split else u
     v, xmin, xmax = density * w, as_type(0, x), as_type(1, x)
-    if v != v or xmin != xmin or xmax != xmax:
-        return v + xmin + xmax
     low = xmin if v < xmin else v
-    return xmax if low > xmax else low
+    clipped = xmax if low > xmax else low
+    nan = (v != v) | (xmin != xmin) | (xmax != xmax)
+    return v + xmin + xmax if nan else clipped
 
 
 def numpy_expression(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -23,10 +23,11 @@ def clamp(x, xmin, xmax):
     NaN in any argument gives NaN, and ``xmin > xmax`` gives ``xmax`` (NumPy's order: the
     maximum with ``xmin`` first, then the minimum with ``xmax``).
     """
-    if x != x or xmin != xmin or xmax != xmax:
-        # NaN anywhere gives NaN; tested first with quiet comparisons, so that no ordered
-        # comparison ever sees a NaN and raises a spurious "invalid value" warning.
-        return x + xmin + xmax
     # NumPy keeps x unless it is strictly outside, so signed zeros come out as np.clip's.
     low = xmin if x < xmin else x
-    return xmax if low > xmax else low
+    clipped = xmax if low > xmax else low
+    # NaN anywhere gives NaN (no ordered comparison above decides for a NaN). One expression,
+    # no early return, with `|` rather than a short-circuit `or`: the body is the same few
+    # selects wherever it is inlined, which LLVM turns into one vector min and max.
+    nan = (x != x) | (xmin != xmin) | (xmax != xmax)
+    return x + xmin + xmax if nan else clipped
