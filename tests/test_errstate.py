@@ -268,6 +268,52 @@ def test_general_path_strided_and_masked(target):
     assert record == []
 
 
+@gf.ufunc(signatures=["float64(float64)"])
+def root_below_3(x):
+    return math.sqrt(x) if x < 3.0 else 3.0  # (a vector compare of NaN raises invalid)
+
+
+@gf.ufunc(signatures=["UniTuple(float64, 2)(float64)"])
+def root_below_3_and_square(x):
+    return (math.sqrt(x) if x < 3.0 else 3.0), x * x
+
+
+def numpy_root_below_3(x):
+    return np.where(x < 3.0, np.sqrt(x), 3.0)
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_large_arrays_refine_their_flags_by_rows(target, monkeypatch):
+    """Arrays of several of a refinement's pieces (fpflags.ROWS_BYTES) with NaN throughout:
+    the pieces' vector compares raise a spurious invalid, which is not reported; a genuine
+    one (a negative sqrt argument) in the last piece only, or the first, is, as NumPy's; so
+    on the masked loop (where=) and on a kernel of two outputs (its gufunc loop)."""
+    from gpufuncs.targets.cpu import fpflags
+
+    pieces = []
+    original = fpflags._replaced
+    monkeypatch.setattr(fpflags, "_replaced",
+                        lambda ins, *a, **k: pieces.append(ins) or original(ins, *a, **k))
+    n = 3 * fpflags.ROWS_BYTES // 8 + 5
+    where = np.arange(n) % 3 != 0
+    x = np.linspace(0.0, 4.0, n)
+    x[::97] = np.nan
+    for negative in (None, n - 2, 3):
+        y = x.copy()
+        if negative is not None:
+            y[negative] = -1.0
+        pieces.clear()
+        assert gf_kinds(root_below_3, y, target=target) == numpy_kinds(numpy_root_below_3, y)
+        assert len(pieces) >= (1 if negative == 3 else 4), "refined by rows"
+        got = np.zeros(n)
+        assert gf_kinds(root_below_3, y, out=got, where=where, target=target) == \
+            numpy_kinds(lambda v: np.sqrt(v, out=np.zeros(n), where=where), y)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(got, np.where(where, numpy_root_below_3(y), 0.0))
+        assert gf_kinds(root_below_3_and_square, y, target=target) == numpy_kinds(numpy_root_below_3, y)
+    assert gf_kinds(gf.clamp, x, 0.5, 1.5, target=target) == [] == numpy_kinds(np.clip, x, 0.5, 1.5)
+
+
 def test_gufunc_body_flags():
     @gf.gufunc(signatures=["void(float64[:], float64[:])"], layout="(n)->()")
     def inverse_sum(x, out):

@@ -430,12 +430,18 @@ def _checked(spec: KernelSpec, threaded: Callable[..., int]) -> Callable[..., in
 
 
 def _report(spec: KernelSpec, raw: int, inputs: Any, cores: tuple[int, ...],
-            rerun: Callable[[tuple[Any, ...]], int]) -> None:
+            rerun: Callable[[tuple[Any, ...]], int],
+            rerun_rows: Callable[[tuple[Any, ...], int, int], int] | None = None) -> None:
     """Report the status ``raw`` (the C library's bits) that a flat loop returned for
     ``inputs`` through NumPy's error handling; ``rerun(inputs)`` runs the same loop again into
-    scratch outputs and returns its status (for :func:`.fpflags.refine`)."""
+    scratch outputs and returns its status, ``rerun_rows(inputs, lo, hi)`` (where the loop can
+    run on rows ``lo:hi`` of its shape) on those rows (for :func:`.fpflags.refine`)."""
+    by_rows = None if rerun_rows is None else (
+        lambda ins, lo, hi: fpflags.TO_NUMPY[rerun_rows(ins, lo, hi)])
+
     def refine(status: int) -> int:
-        return fpflags.refine(lambda ins: fpflags.TO_NUMPY[rerun(ins)], tuple(inputs), cores, status)
+        return fpflags.refine(lambda ins: fpflags.TO_NUMPY[rerun(ins)], tuple(inputs), cores, status,
+                              by_rows)
 
     report(fpflags.TO_NUMPY[raw], spec.name, refine)
 
@@ -456,21 +462,27 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
     guard = overlap_guard(plan)
     cores = (0,) * spec.nin
+    def rows(lo: int, hi: int) -> np.ndarray:  # scratch for rows lo:hi of the loop
+        return np.empty((hi - lo, *shape[1:]), dtype)
+
     if not ints and not transposed and plan.where is None:
         def rerun(inputs: tuple[Any, ...]) -> int:
             return run(np.empty(shape, dtype), inputs)
+
+        def rerun_rows(inputs: tuple[Any, ...], lo: int, hi: int) -> int:
+            return run(rows(lo, hi), inputs)
 
         def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
                 out = np.empty(shape, dtype)
                 raw = run(out, inputs)
                 if raw:
-                    _report(spec, raw, inputs, cores, rerun)
+                    _report(spec, raw, inputs, cores, rerun, rerun_rows)
                 return (out,)
             inputs = guard(inputs, outs)
             raw = run(outs[0], inputs)
             if raw:
-                _report(spec, raw, inputs, cores, rerun)
+                _report(spec, raw, inputs, cores, rerun, rerun_rows)
             return outs
 
         return execute
@@ -480,7 +492,8 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
             where, inputs = mask_before_write(where, outs), guard(inputs, outs)
             raw = run(outs[0], where, inputs)
             if raw:
-                _report(spec, raw, inputs, cores, lambda ins: run(np.empty(shape, dtype), where, ins))
+                _report(spec, raw, inputs, cores, lambda ins: run(np.empty(shape, dtype), where, ins),
+                        lambda ins, lo, hi: run(rows(lo, hi), where[lo:hi], ins))
             return outs
 
         return execute_masked
@@ -531,8 +544,8 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
     elementwise = _elementwise(plan)
     cores = plan.cores[: spec.nin]
 
-    def scratch() -> tuple[np.ndarray, ...]:
-        return tuple(np.empty(r, d) for r, d in zip(out_rows, dtypes))
+    def scratch(lo: int = 0, hi: int = n) -> tuple[np.ndarray, ...]:  # (rows lo:hi of the loop)
+        return tuple(np.empty((hi - lo, *r[1:]), d) for r, d in zip(out_rows, dtypes))
 
     if not ints and not any(rows) and out_rows == list(plan.out_shapes):
         guard = overlap_guard(plan, elementwise)
@@ -545,7 +558,8 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
             masks = () if where is True else (mask_before_write(where, outs),)
             raw = run(outs, *masks, inputs)
             if raw:
-                _report(spec, raw, inputs, cores, lambda ins: run(scratch(), *masks, ins))
+                _report(spec, raw, inputs, cores, lambda ins: run(scratch(), *masks, ins),
+                        lambda ins, lo, hi: run(scratch(lo, hi), *(m[lo:hi] for m in masks), ins))
             return outs
 
         return execute_flat
