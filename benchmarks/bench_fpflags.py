@@ -10,8 +10,10 @@ The table is printed; ``--save`` writes the result files (``--save DIR``: into `
 Host (``results/fpflags.*``): ``exp`` and ``gaussian`` (scalars 0.5, 1.5) with ``target="cpu"``
 and ``"parallel"``, float32 and float64, n = 10^4, 10^6, 10^7, normal values (nothing flagged:
 what every call pays, a clear and a read of the floating-point status per loop), and ``exp`` at
-10^6 where every element overflows (the loop is run again to classify what it found). Rows
-``floor (itself)`` time the checked kernel against itself: how far from 1 a ratio strays by noise.
+10^6 where every element overflows (the loop is run again to classify what it found), and both
+at 10^6 with 1% NaN under NumPy's default error state (``1% NaN, warn``: the second run that
+tells the vector compares' spurious invalid from the kernel's own). Rows ``floor (itself)``
+time the checked kernel against itself: how far from 1 a ratio strays by noise.
 
 GPU (``results/fpflags-<gpu>.*``), on CuPy arrays with a new output, one call plus a stream
 synchronize (``sync``) and calls issued back to back for 5 ms before one synchronize (``pipe``):
@@ -40,6 +42,11 @@ from .harness import host_or_gpu_main, measure_pair
 SCALARS = {"exp": (), "gaussian": (0.5, 1.5)}
 #: The ``values`` of rows that time the checked kernel against itself: the noise floor of a ratio.
 FLOOR = "floor (itself)"
+#: The ``values`` of rows with 1% NaN, called under NumPy's default error state: the vector
+#: compares' spurious invalid makes the loop run again to be told from the kernel's own
+#: (``fpflags.refine``), which is what these rows cost over the twin.
+NAN = "1% NaN, warn"
+WARN = {"all": "warn", "under": "ignore"}  # NumPy's default error state
 
 
 def unchecked_twin(name: str) -> Any:
@@ -69,6 +76,9 @@ def host_rows() -> list[dict[str, Any]]:
     cases += [(target, "gaussian", FLOOR, np.float32, 10**6, (rng.normal(size=10**6).astype(np.float32),
                                                              *SCALARS["gaussian"]))
               for target in ("cpu", "parallel")]
+    cases += [(target, name, NAN, dtype, 10**6,
+               (_with_nan(rng.normal(size=10**6).astype(dtype)), *SCALARS[name]))
+              for target in ("cpu", "parallel") for name in kernels for dtype in (np.float32, np.float64)]
     # The twins' loops are compiled with the check off (the status intrinsics emit nothing):
     # every loop is compiled on its first call, here.
     host_fpflags.ENABLED = False
@@ -77,17 +87,23 @@ def host_rows() -> list[dict[str, Any]]:
             twins[name](*args, target=target)
     host_fpflags.ENABLED = True
     rows = []
-    with np.errstate(all="ignore"):
-        for target, name, what, dtype, n, args in cases:
-            other = kernels[name] if what == FLOOR else twins[name]
+    for target, name, what, dtype, n, args in cases:
+        other = kernels[name] if what == FLOOR else twins[name]
+        with np.errstate(**(WARN if what == NAN else {"all": "ignore"})):
             ours, theirs = measure_pair(lambda k=kernels[name], a=args, t=target: k(*a, target=t),
                                         lambda k=other, a=args, t=target: k(*a, target=t),
                                         repeat=60 if n >= 10**7 else 200, inner=None, min_time=2e-3)
-            rows.append({"target": target, "kernel": name, "values": what, "dtype": np.dtype(dtype).name,
-                         "n": n, "us": round(ours * 1e6, 1), "nofp_us": round(theirs * 1e6, 1),
-                         "ratio": round(ours / theirs, 3)})
-            print(rows[-1], file=sys.stderr)
+        rows.append({"target": target, "kernel": name, "values": what, "dtype": np.dtype(dtype).name,
+                     "n": n, "us": round(ours * 1e6, 1), "nofp_us": round(theirs * 1e6, 1),
+                     "ratio": round(ours / theirs, 3)})
+        print(rows[-1], file=sys.stderr)
     return rows
+
+
+def _with_nan(x: np.ndarray) -> np.ndarray:
+    """``x`` with every 100th value NaN."""
+    x[::100] = np.nan
+    return x
 
 
 def gpu_rows() -> list[dict[str, Any]]:
