@@ -314,6 +314,45 @@ def test_large_arrays_refine_their_flags_by_rows(target, monkeypatch):
     assert gf_kinds(gf.clamp, x, 0.5, 1.5, target=target) == [] == numpy_kinds(np.clip, x, 0.5, 1.5)
 
 
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_the_numba_ufunc_path_reports_as_the_flat_loops(target):
+    """Calls the flat loops do not take (strided, broadcast, float16, masked through a buffer)
+    run Numba's ufunc through NumPy, which read its status and warned from inside gpufuncs,
+    under the Python function's name ("overflow encountered in store" for two outputs), with
+    the invalid that vector compares raise for NaN arguments (a spurious FloatingPointError
+    under 'raise'). Now: the kernel's name, the caller's line, refined as the flat loops'."""
+    x = np.linspace(0.0, 4.0, 3001)
+    x[::7] = np.nan
+    y = x.copy()
+    y[0] = -1.0  # a genuine invalid: sqrt(-1), in every call below
+    out = np.zeros(3001)[::2]
+    calls = {"strided": lambda k, v: k(v[::2], target=target),
+             "broadcast": lambda k, v: k(v[:, None] + np.zeros(3), target=target),
+             "float16": lambda k, v: k(v.astype(np.float16)[::3], target=target),
+             "masked out=": lambda k, v: k(v[::2], out=out, where=np.arange(1501) % 2 == 0, target=target)}
+    for name, call in calls.items():
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            call(root_below_3, x)
+        assert record == [], name
+        with np.errstate(invalid="raise"):
+            call(root_below_3, x)
+        with pytest.warns(RuntimeWarning) as record:
+            call(root_below_3, y)
+        assert [str(w.message) for w in record] == ["invalid value encountered in root_below_3"], name
+        assert record[0].filename == __file__, name
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        root_below_3_and_square(x[::2], target=target)
+        gf.clamp(x[::2], 0.5, 1.5, target=target)
+        gf.clamp(x, np.array([0.5]), 1.5, target=target)
+    assert record == []
+    with pytest.warns(RuntimeWarning) as record:
+        root_below_3_and_square(y[::2], target=target)
+    assert [str(w.message) for w in record] == ["invalid value encountered in root_below_3_and_square"]
+    assert record[0].filename == __file__
+
+
 def test_gufunc_body_flags():
     @gf.gufunc(signatures=["void(float64[:], float64[:])"], layout="(n)->()")
     def inverse_sum(x, out):

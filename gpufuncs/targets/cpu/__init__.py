@@ -17,8 +17,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import operator
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -596,6 +597,42 @@ def _scalar_casts(plan: Plan, dtypes: tuple[np.dtype, ...]) -> list[tuple[int, C
             if casts_scalar(a.cls, d)]
 
 
+class _LoopRuns:
+    """One call's runs of a Numba ufunc's loops through NumPy, with the floating-point status
+    NumPy read after each (:func:`.fpflags.numpy_status`) and its inputs, reported once after
+    the call as a flat loop's status is: under the kernel's name, at the caller's line, and
+    refined (the invalid that vector compares raise for NaN arguments is dropped), where NumPy
+    itself would have reported all of it from inside gpufuncs, under the Python function's name.
+
+    ``rerun(inputs)`` runs the loop again on ``inputs`` into new outputs and returns its status.
+    """
+
+    __slots__ = ("cores", "rerun", "runs")
+
+    def __init__(self, rerun: Callable[[tuple[Any, ...]], int], cores: tuple[int, ...]) -> None:
+        self.rerun, self.cores = rerun, cores
+        self.runs: list[tuple[int, tuple[Any, ...]]] = []
+
+    def run(self, loop: Callable[[], Any], inputs: Sequence[Any]) -> None:
+        """``loop()``, which runs the loop on ``inputs``, its status kept."""
+        status = fpflags.numpy_status(loop)
+        if status:  # (the loop's view of its arrays: subclasses' data)
+            seen = tuple(np.asarray(a) if isinstance(a, np.ndarray) else a for a in inputs)
+            self.runs.append((status, seen))
+
+    def report(self, name: str) -> None:
+        """Report what the runs raised (see :func:`gpufuncs.targets.fpstatus.report`)."""
+        if not self.runs:
+            return
+        status = functools.reduce(operator.or_, (s for s, _ in self.runs), 0)
+
+        def refine(_: int) -> int:
+            return functools.reduce(operator.or_, (fpflags.refine(self.rerun, inputs, self.cores, s)
+                                                   for s, inputs in self.runs), 0)
+
+        report(status, name, refine)
+
+
 def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     ufunc = compiled.numba_object(serial=not threaded, loop=plan.loop.compiled)
     ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
@@ -614,28 +651,37 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
 
     # the ufunc would convert a Python scalar with the loop type's constructor (1e30, NaN, 1j)
     scalars = _scalar_casts(plan, plan.loop.compiled.inputs)
+    cores = (0,) * spec.nin
 
-    def compute(inputs: list[Any], out: np.ndarray) -> None:
+    def rerun(inputs: tuple[Any, ...]) -> int:
+        return fpflags.numpy_status(lambda: ufunc(*inputs, casting="unsafe", signature=signature))
+
+    def compute(runs: _LoopRuns, inputs: list[Any], out: np.ndarray) -> None:
         for i, cast in scalars:
             inputs[i] = cast(inputs[i])
         # The casts were checked by dispatch against the caller's ``casting=``.
-        ufunc(*inputs, out=out, casting="unsafe", signature=signature)
+        runs.run(lambda: ufunc(*inputs, out=out, casting="unsafe", signature=signature), inputs)
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = list(inputs)
+        runs = _LoopRuns(rerun, cores)
+        results = produce(runs, list(inputs), outs, where)
+        runs.report(spec.name)
+        return results
+
+    def produce(runs: _LoopRuns, args: list[Any], outs: Any, where: Any) -> tuple[Any, ...]:
         if outs is None:
             if not transposed:
                 out = np.empty(shape, dtype)
-                compute(args, out)
+                compute(runs, args, out)
                 return (out,)
             # order="F": computed into the C-contiguous transpose of an F-ordered array.
             out = np.empty(shape[::-1], dtype).T
-            compute([np.broadcast_to(a, shape).T if np.ndim(a) else a for a in args], out.T)
+            compute(runs, [np.broadcast_to(a, shape).T if np.ndim(a) else a for a in args], out.T)
             return (out,)
         given = outs[0]
         args = read_before_write(args, outs)
         if where is True and direct:
-            compute(args, given)
+            compute(runs, args, given)
             return (given,)
         # Numba's ufunc loops take no write mask, and other layouts of ``out`` need a buffer:
         # compute block by block into one, then copy (kernels are pure: this only costs time).
@@ -647,7 +693,7 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
             mask = _block_of(where, shape, index)
             if mask is True:
                 part = buffer[: target.size].reshape(target.shape)
-                compute(block, part)
+                compute(runs, block, part)
                 copy_cast(target, part)
                 continue
             # Only the elements the mask selects are computed, as NumPy's masked loops do: the
@@ -655,7 +701,7 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
             mask = np.broadcast_to(mask, target.shape)
             picked = [np.broadcast_to(a, target.shape)[mask] if np.ndim(a) else a for a in block]
             part = buffer[: np.count_nonzero(mask)]
-            compute(picked, part)
+            compute(runs, picked, part)
             target[mask] = part
         return (given,)
 
@@ -673,8 +719,21 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
 
     elementwise = _elementwise(plan)
     scalars = _scalar_casts(plan, loop.inputs)  # np.asarray(1e30, dtype=np.int64) below would refuse it
+    cores = plan.cores[: compiled.spec.nin]
+    out_cores = [s[len(loop_shape):] for s in plan.out_shapes]
+
+    def rerun(inputs: tuple[Any, ...]) -> int:  # (the outputs are the gufunc's last inputs)
+        rows = np.broadcast_shapes(*(np.shape(a)[: np.ndim(a) - c] for a, c in zip(inputs, cores)))
+        outs = [np.empty(rows + core, d) for core, d in zip(out_cores, loop.outputs)]
+        return fpflags.numpy_status(lambda: ufunc(*inputs, *outs))
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        runs = _LoopRuns(rerun, cores)
+        results = produce(runs, inputs, outs, where)
+        runs.report(compiled.spec.name)
+        return results
+
+    def produce(runs: _LoopRuns, inputs: Any, outs: Any, where: Any) -> tuple[Any, ...]:
         if scalars:
             inputs = list(inputs)
             for i, cast in scalars:
@@ -690,7 +749,8 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
         # signature), and masked ones, go through buffers, a block of rows at a time (as do
         # inputs that need a cast).
         if where is True and all(r.dtype == d and r.flags.aligned for r, d in zip(results, loop.outputs)):
-            ufunc(*(np.asarray(a, dtype=d) for a, d in zip(inputs, loop.inputs)), *results)
+            args = [np.asarray(a, dtype=d) for a, d in zip(inputs, loop.inputs)]
+            runs.run(lambda: ufunc(*args, *results), args)
             return tuple(results)
         shapes = [loop_shape + np.shape(a)[np.ndim(a) - c:] if c else loop_shape
                   for a, c in zip(inputs, plan.cores)]
@@ -704,7 +764,7 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
                         if a.ndim else a for a, c in zip(args, plan.cores)]
             bufs = [np.empty(r[index][mask].shape if mask is not True else r[index].shape, d)
                     for r, d in zip(results, loop.outputs)]
-            ufunc(*args, *bufs)
+            runs.run(lambda: ufunc(*args, *bufs), args)  # noqa: B023 - run at once
             for r, buf in zip(results, bufs):
                 if mask is True:
                     copy_cast(r[index], buf)

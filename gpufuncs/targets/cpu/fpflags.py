@@ -36,6 +36,7 @@ import ctypes
 import ctypes.util
 import os
 import platform
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -228,16 +229,61 @@ def _replaced(inputs: tuple[Any, ...], core: tuple[int, ...], special: Callable[
             bad = found if bad is None else bad | found
     if bad is None or not bad.any():
         return inputs if keep else ~0  # no such argument: what the loop raised stands
+    # The loop's shape (inputs that broadcast, on the Numba ufuncs' path, are copied whole)
+    bad = np.broadcast_to(bad, np.broadcast_shapes(*(a.shape[: a.ndim - c] for a, c in zip(inputs, core)
+                                                     if isinstance(a, np.ndarray))))
     index = int(np.argmin(bad.reshape(-1)))  # the first element without one (no index array:
     if bad.flat[index]:                      # a call on NaN data pays this on every call)
         return 0
     first = np.unravel_index(index, bad.shape)
     replaced = []
-    for a in inputs:
+    for a, c in zip(inputs, core):
         if isinstance(a, np.ndarray) and a.ndim:
-            copy = a.copy(order="K")  # the same layout: the loop was compiled for it
-            copy[bad] = a[first]  # (bad: the loop's shape; a core operand's rows replaced whole)
+            whole = np.broadcast_to(a, bad.shape + a.shape[a.ndim - c:])  # (a itself, mostly)
+            copy = whole.copy(order="K")  # the same layout: the loop was compiled for it
+            copy[bad] = whole[first]  # (a core operand's rows replaced whole)
             replaced.append(copy)
         else:
             replaced.append(a)
     return tuple(replaced)
+
+
+def numpy_status(run: Callable[[], Any]) -> int:
+    """The status (NumPy's bits) that NumPy read after the loops ``run()`` ran through it (a
+    Numba ufunc's, on the general path), caught in ``errstate``'s ``'call'`` mode rather than
+    reported by NumPy: reported as the flat loops' is, refined, under the kernel's name."""
+    _caught.status = 0
+    token = _set_extobj(_CATCHING)
+    try:
+        run()
+    finally:
+        _reset_extobj(token)
+    return _caught.status
+
+
+class _Caught(threading.local):
+    status = 0
+
+
+_caught = _Caught()
+
+
+def _catch(kind: str, flag: int) -> None:
+    _caught.status |= flag
+
+
+try:  # NumPy's error state as np.errstate sets it, in a quarter of the time (0.3 us, not 1.2)
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+
+    _CATCHING: Any = _make_extobj(all="call", call=_catch)
+    _set_extobj, _reset_extobj = _extobj_contextvar.set, _extobj_contextvar.reset
+except (ImportError, AttributeError, TypeError):  # pragma: no cover - another NumPy's internals
+    _CATCHING = {"all": "call", "call": _catch}
+
+    def _set_extobj(state: Any) -> Any:
+        errstate = np.errstate(**state)
+        errstate.__enter__()
+        return errstate
+
+    def _reset_extobj(errstate: Any) -> None:
+        errstate.__exit__(None, None, None)
