@@ -65,8 +65,8 @@ def by_hand(x, w):
     v, xmin, xmax = density * w, as_type(0, x), as_type(1, x)
     low = xmin if v < xmin else v
     clipped = xmax if low > xmax else low
-    nan = (v != v) | (xmin != xmin) | (xmax != xmax)
-    return v + xmin + xmax if nan else clipped
+    first_nan = v if v != v else (xmin if xmin != xmin else xmax)
+    return first_nan if (v != v) | (xmin != xmin) | (xmax != xmax) else clipped
 
 
 def numpy_expression(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -15,6 +15,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import gpufuncs as gf
 
@@ -268,7 +270,7 @@ def test_general_path_strided_and_masked(target):
     assert record == []
 
 
-@gf.ufunc(signatures=["float64(float64)"])
+@gf.ufunc(signatures=gf.float_signatures(1))
 def root_below_3(x):
     return math.sqrt(x) if x < 3.0 else 3.0  # (a vector compare of NaN raises invalid)
 
@@ -351,6 +353,51 @@ def test_the_numba_ufunc_path_reports_as_the_flat_loops(target):
         root_below_3_and_square(y[::2], target=target)
     assert [str(w.message) for w in record] == ["invalid value encountered in root_below_3_and_square"]
     assert record[0].filename == __file__
+
+
+#: Kernels whose reports match NumPy's equivalent, but for underflow (docs/semantics.md), on
+#: every value: the property test below checks the refinement of vector code's extra flags.
+REFINED = {"divide": (divide, np.divide, 2), "multiply": (multiply, np.multiply, 2),
+           "sqrt": (vsqrt, np.sqrt, 1), "root_below_3": (root_below_3, numpy_root_below_3, 1),
+           "clamp": (gf.clamp, np.clip, 3)}
+_SPECIAL = (np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e308, -1e308, 1e-310, 2.0, -3.0, 0.5, 4.0)
+
+
+def _kinds_but_underflow(f, *args, **kwargs) -> list[str]:
+    seen: list[str] = []
+    with np.errstate(all="call", under="ignore", call=lambda kind, status: seen.append(kind)):
+        f(*args, **kwargs)
+    return seen
+
+
+@given(name=st.sampled_from(sorted(REFINED)), target=st.sampled_from(HOST_TARGETS),
+       layout=st.sampled_from(["contiguous", "strided", "reversed", "broadcast", "float32"]),
+       n=st.sampled_from([1, 7, 37, 200, 70_001]), data=st.data())
+def test_reported_kinds_match_numpy_on_special_values(name, target, layout, n, data):
+    """Arguments drawn from NaN, infinities, zeros, huge, subnormal and negative values, laid
+    out to take the flat loops (contiguous, and in pieces past fpflags.ROWS_BYTES) or Numba's
+    ufunc (strided, reversed, broadcast, float32 through float64 loops as NumPy casts them):
+    the kinds reported are NumPy's for the same call, whatever vector code raised beside."""
+    kernel, reference, nin = REFINED[name]
+    pool = st.sampled_from(_SPECIAL) | st.floats(-10.0, 10.0)
+    args = []
+    for i in range(nin):
+        values = np.resize(np.array(data.draw(st.lists(pool, min_size=1, max_size=9), label=f"x{i}")), n)
+        if layout == "strided":
+            values = np.repeat(values, 2)[::2]
+        elif layout == "reversed":
+            values = values[::-1]
+        elif layout == "broadcast" and i:
+            values = values[:1]
+        elif layout == "float32":
+            with np.errstate(all="ignore"):
+                values = values.astype(np.float32)
+        args.append(values)
+    with np.errstate(all="ignore"):
+        want = reference(*args)
+    assert _kinds_but_underflow(kernel, *args, target=target) == _kinds_but_underflow(reference, *args)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(kernel(*args, target=target), want)
 
 
 def test_gufunc_body_flags():

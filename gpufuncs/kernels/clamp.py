@@ -14,7 +14,7 @@ from ..spec import Benchmark, CupyFormula, Tolerance
         {"numpy": np.clip}, scalars=(-1.0, 1.0),
         # The kernel's NaN rule first (NaN anywhere gives NaN), then NumPy's order.
         cupy=CupyFormula("T x, T lo, T hi", "T y",
-                         "if (x != x || lo != lo || hi != hi) { y = x + lo + hi; } "
+                         "if (x != x || lo != lo || hi != hi) { y = x != x ? x : (lo != lo ? lo : hi); } "
                          "else { T low = x < lo ? lo : x; y = low > hi ? hi : low; }")),
 )
 def clamp(x, xmin, xmax):
@@ -26,8 +26,10 @@ def clamp(x, xmin, xmax):
     # NumPy keeps x unless it is strictly outside, so signed zeros come out as np.clip's.
     low = xmin if x < xmin else x
     clipped = xmax if low > xmax else low
-    # NaN anywhere gives NaN (no ordered comparison above decides for a NaN). One expression,
-    # no early return, with `|` rather than a short-circuit `or`: the body is the same few
-    # selects wherever it is inlined, which LLVM turns into one vector min and max.
-    nan = (x != x) | (xmin != xmin) | (xmax != xmax)
-    return x + xmin + xmax if nan else clipped
+    # NaN anywhere gives the first NaN of x, xmin, xmax, as np.clip (no ordered comparison
+    # above decides for a NaN). Selects only, computed for every element in vector code, where
+    # x + xmin + xmax raised invalid for inf + -inf; one expression, no early return, with `|`
+    # rather than a short-circuit `or`: the body is the same few selects wherever it is
+    # inlined, which LLVM turns into one vector min and max.
+    first_nan = x if x != x else (xmin if xmin != xmin else xmax)
+    return first_nan if (x != x) | (xmin != xmin) | (xmax != xmax) else clipped
