@@ -230,8 +230,9 @@ def _replaced(inputs: tuple[Any, ...], core: tuple[int, ...], special: Callable[
     if bad is None or not bad.any():
         return inputs if keep else ~0  # no such argument: what the loop raised stands
     # The loop's shape (inputs that broadcast, on the Numba ufuncs' path, are copied whole)
-    bad = np.broadcast_to(bad, np.broadcast_shapes(*(a.shape[: a.ndim - c] for a, c in zip(inputs, core)
-                                                     if isinstance(a, np.ndarray))))
+    shapes = {a.shape[: a.ndim - c] for a, c in zip(inputs, core) if isinstance(a, np.ndarray)}
+    if len(shapes) > 1 or bad.shape not in shapes:
+        bad = np.broadcast_to(bad, np.broadcast_shapes(*shapes))
     index = int(np.argmin(bad.reshape(-1)))  # the first element without one (no index array:
     if bad.flat[index]:                      # a call on NaN data pays this on every call)
         return 0
@@ -239,7 +240,8 @@ def _replaced(inputs: tuple[Any, ...], core: tuple[int, ...], special: Callable[
     replaced = []
     for a, c in zip(inputs, core):
         if isinstance(a, np.ndarray) and a.ndim:
-            whole = np.broadcast_to(a, bad.shape + a.shape[a.ndim - c:])  # (a itself, mostly)
+            whole = a if a.shape[: a.ndim - c] == bad.shape else np.broadcast_to(
+                a, bad.shape + a.shape[a.ndim - c:])
             copy = whole.copy(order="K")  # the same layout: the loop was compiled for it
             copy[bad] = whole[first]  # (a core operand's rows replaced whole)
             replaced.append(copy)
