@@ -50,9 +50,10 @@ def numpys_divmod(original: Any) -> Callable[..., Any]:
             if "modulo" not in zerodiv_message:
                 quotient = _flagged_wrap(builder, x, y, ty, quotient)
         if not context.error_model.raise_on_fp_zero_division:
-            zero = _flagged_zero(builder, y, ty)  # (the same answer, and the flag: after the
-        return (cgutils.alloca_once_value(builder, builder.select(zero, nothing, quotient)),  # division,
-                cgutils.alloca_once_value(builder, builder.select(zero, nothing, remainder)))  # not before)
+            # The same answer, and NumPy's flag: found after the division, not before it
+            zero = _flagged_zero(builder, y, ty)
+        return (cgutils.alloca_once_value(builder, builder.select(zero, nothing, quotient)),
+                cgutils.alloca_once_value(builder, builder.select(zero, nothing, remainder)))
 
     return _int_divmod_impl
 
