@@ -152,12 +152,17 @@ def _operands(dtype: np.dtype, requested: Any, out: Any) -> tuple[np.dtype, np.d
     in the first input's place (it is the accumulator). So float32 values summed into an int64
     or float64 ``out=`` are summed in float64 (16777216 + 1 is 16777217), into an int16 or
     float16 one in float32."""
-    given = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    given = _the_out(out)
     if requested is None and given is not None and not np.isscalar(given):
         info = given if isinstance(given, np.ndarray) else describe(given)
         if info is not None:
             return np.dtype(info.dtype), dtype
     return dtype, dtype
+
+
+def _the_out(out: Any) -> Any:
+    """``out=`` as the one array it names (NumPy takes a tuple of one too)."""
+    return out[0] if isinstance(out, tuple) and len(out) == 1 else out
 
 
 def _numpy(kernel: Kernel, method: str, run: Callable[[], Any]) -> Any:
@@ -218,7 +223,7 @@ def accumulate(kernel: Kernel, array: Any, axis: int = 0, dtype: Any = None, out
     array = _host_array(array)
     loop, result = _host_loop(kernel, array.dtype, dtype, out)
     ufunc = _host_ufunc(kernel, target)
-    given = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    given = _the_out(out)
     if array.ndim and isinstance(given, np.ndarray) and given.shape != array.shape:
         # NumPy's own check misses a 0-d out= (NumPy 2.4 then writes past it and crashes).
         raise ValueError(f"{kernel.__name__}.accumulate: out= has shape {given.shape}, the "

@@ -463,6 +463,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
     guard = overlap_guard(plan)
     cores = (0,) * spec.nin
+
     def rows(lo: int, hi: int) -> np.ndarray:  # scratch for rows lo:hi of the loop
         return np.empty((hi - lo, *shape[1:]), dtype)
 

@@ -72,7 +72,7 @@ def _libm() -> Any:
     for name in names:
         try:
             lib = ctypes.CDLL(name)
-            lib.fetestexcept, lib.feclearexcept, lib.feraiseexcept  # noqa: B018 - all must exist
+            lib.fetestexcept, lib.feclearexcept  # noqa: B018 - both must exist
             return lib
         except (OSError, AttributeError, TypeError):
             continue
@@ -80,11 +80,11 @@ def _libm() -> Any:
 
 
 def _register() -> dict[str, int] | None:
-    """Register the three functions with LLVM under gpufuncs' names; ``None`` where unsupported."""
+    """Register the two functions with LLVM under gpufuncs' names; ``None`` where unsupported."""
     bits, lib = _platform_bits(), _libm()
     if bits is None or lib is None or os.environ.get("GPUFUNCS_FPSTATUS", "1") == "0":
         return None
-    for name in ("fetestexcept", "feclearexcept", "feraiseexcept"):
+    for name in ("fetestexcept", "feclearexcept"):
         ll.add_symbol(f"gpufuncs_{name}", ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
     return bits
 
@@ -102,17 +102,10 @@ TO_NUMPY = [sum(_NPY[k] for k, b in (_BITS or {}).items() if raw & b) for raw in
 STATUS_BITS = 8
 
 
-def _call(builder: ir.IRBuilder, name: str, bits: int = _MASK) -> ir.Value:
+def _call(builder: ir.IRBuilder, name: str) -> ir.Value:
     i32 = ir.IntType(32)
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32]), f"gpufuncs_{name}")
-    return builder.call(fn, [ir.Constant(i32, bits)])
-
-
-def raise_status(builder: ir.IRBuilder, kind: str) -> None:
-    """Raise one flag (``"divide"``, ``"over"``, ...) of this thread's status where the
-    arithmetic itself raises none (integer division: :mod:`.division`); nothing if not ENABLED."""
-    if _BITS is not None:
-        _call(builder, "feraiseexcept", _BITS[kind])
+    return builder.call(fn, [ir.Constant(i32, _MASK)])
 
 
 @intrinsic
