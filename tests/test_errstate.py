@@ -7,6 +7,7 @@ reported, in the same words, and inputs that raise nothing in NumPy raise nothin
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import os
 import subprocess
@@ -289,7 +290,8 @@ def test_large_arrays_refine_their_flags_by_rows(target, monkeypatch):
     """Arrays of several of a refinement's pieces (fpflags.ROWS_BYTES) with NaN throughout:
     the pieces' vector compares raise a spurious invalid, which is not reported; a genuine
     one (a negative sqrt argument) in the last piece only, or the first, is, as NumPy's; so
-    on the masked loop (where=) and on a kernel of two outputs (its gufunc loop)."""
+    on the masked loop (where=) and on a kernel of two outputs (its gufunc loop). The plain
+    call (no where=) refines in its compiled loop instead, with no piece of NumPy's."""
     from gpufuncs.targets.cpu import fpflags
 
     pieces = []
@@ -306,14 +308,58 @@ def test_large_arrays_refine_their_flags_by_rows(target, monkeypatch):
             y[negative] = -1.0
         pieces.clear()
         assert gf_kinds(root_below_3, y, target=target) == numpy_kinds(numpy_root_below_3, y)
-        assert len(pieces) >= (1 if negative == 3 else 4), "refined by rows"
+        assert pieces == [], "refined in the compiled loop"
         got = np.zeros(n)
         assert gf_kinds(root_below_3, y, out=got, where=where, target=target) == \
             numpy_kinds(lambda v: np.sqrt(v, out=np.zeros(n), where=where), y)
+        assert len(pieces) >= (1 if negative == 3 else 4), "refined by rows"
         with np.errstate(invalid="ignore"):
             np.testing.assert_array_equal(got, np.where(where, numpy_root_below_3(y), 0.0))
         assert gf_kinds(root_below_3_and_square, y, target=target) == numpy_kinds(numpy_root_below_3, y)
     assert gf_kinds(gf.clamp, x, 0.5, 1.5, target=target) == [] == numpy_kinds(np.clip, x, 0.5, 1.5)
+
+
+@gf.ufunc(signatures=gf.float_signatures(1))
+def vexp(x):
+    return math.exp(x)
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_calls_refine_in_a_compiled_loop(target, dtype, monkeypatch):
+    """Calls of COMPILED_REFINEMENT_MIN elements and more refine in a compiled loop that gives
+    each element with a special argument the arguments of the first one without (no NumPy
+    pass: fpflags._without is never called): NaN and infinities anywhere, genuine flags in the
+    first element, the last, or none, every element special, a special scalar argument; the
+    kinds reported are NumPy's for the same call (underflow aside, docs/semantics.md)."""
+    from gpufuncs.targets import cpu
+    from gpufuncs.targets.cpu import fpflags
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("refined in NumPy passes")
+
+    monkeypatch.setattr(fpflags, "_without", refuse)
+    n = cpu.COMPILED_REFINEMENT_MIN + 3
+    base = np.linspace(-0.25, 4.0, n).astype(dtype)
+    layouts = {"NaN": (slice(None, None, 97), np.nan), "inf": (slice(5, None, 1001), np.inf),
+               "-inf": (slice(None, None, 4093), -np.inf), "none": (slice(0, 0), 0.0),
+               "all NaN": (slice(None), np.nan)}
+    genuine = {"none": None, "first": 0, "last": n - 1, "middle": n // 2}
+    kernels = [(root_below_3, numpy_root_below_3, -1.0), (vsqrt, np.sqrt, -1.0), (vexp, np.exp, 1000.0),
+               (lambda x, **k: divide(np.ones_like(x), x, **k), lambda x: np.divide(np.ones_like(x), x), 0.0),
+               (lambda x, **k: gf.clamp(x, dtype(0.5), dtype(1.5), **k), lambda x: np.clip(x, 0.5, 1.5), 2.0)]
+    for (where, value), (at_name, at) in itertools.product(layouts.values(), genuine.items()):
+        for kernel, reference, bad in kernels:
+            x = base.copy()
+            x[where] = value
+            if at is not None:
+                x[at] = bad
+            assert _kinds_but_underflow(kernel, x, target=target) == _kinds_but_underflow(reference, x), \
+                (value, at_name, reference)
+    x = base.copy()
+    x[::97] = np.nan
+    assert gf_kinds(gf.clamp, x, dtype(np.nan), dtype(1.5), target=target) == \
+        numpy_kinds(np.clip, x, dtype(np.nan), dtype(1.5))
 
 
 @pytest.mark.parametrize("target", ["cpu", "parallel"])

@@ -233,6 +233,25 @@ class CpuKernel:
                     self._loops[loop.signature, wide] = found
         return found
 
+    def refining(self, loop: Loop) -> tuple[tuple[Any, Any], ...]:
+        """The refinement loops of the declared elementwise ``loop`` (see
+        :func:`.loops.refining_loops`), made on first use (a call on data with NaN whose flags
+        are acted on), cached on disk with the other loops."""
+        key = ("refining", loop.signature)
+        found = self._numba.get(key)
+        if found is None:
+            with self._lock:
+                found = self._numba.get(key)
+                if found is None:
+                    inline = functools.partial(loops.inline_into_loops, self.scalar(),
+                                               _scalar_argtypes(self.spec, loop))
+                    found = loops.refining_loops(self.scalar(), tuple(d.type for d in loop.inputs),
+                                                 _cache_key(self.spec, loop), inline)
+                    if not all(cache.keyed(d) for pair in found for d in pair):
+                        _compile(self.spec, self.target, inline)
+                    self._numba[key] = found
+        return found
+
     def inline(self, loop: Loop) -> None:
         """Compile the scalar function for the declared ``loop`` and mark it for inlining into
         the flat loops (:func:`.loops.inline_into_loops`): what :meth:`loops` has done just
@@ -432,19 +451,53 @@ def _checked(spec: KernelSpec, threaded: Callable[..., int]) -> Callable[..., in
 
 def _report(spec: KernelSpec, raw: int, inputs: Any, cores: tuple[int, ...],
             rerun: Callable[[tuple[Any, ...]], int],
-            rerun_rows: Callable[[tuple[Any, ...], int, int], int] | None = None) -> None:
+            rerun_rows: Callable[[tuple[Any, ...], int, int], int] | None = None,
+            replacing: Callable[[tuple[Any, ...], bool, int], int] | None = None) -> None:
     """Report the status ``raw`` (the C library's bits) that a flat loop returned for
     ``inputs`` through NumPy's error handling; ``rerun(inputs)`` runs the same loop again into
     scratch outputs and returns its status, ``rerun_rows(inputs, lo, hi)`` (where the loop can
-    run on rows ``lo:hi`` of its shape) on those rows (for :func:`.fpflags.refine`)."""
+    run on rows ``lo:hi`` of its shape) on those rows, ``replacing(inputs, finite_too, wanted)``
+    (where given) refines in a compiled loop (for :func:`.fpflags.refine`)."""
     by_rows = None if rerun_rows is None else (
         lambda ins, lo, hi: fpflags.TO_NUMPY[rerun_rows(ins, lo, hi)])
+    compiled = None if replacing is None else (
+        lambda finite_too, wanted: replacing(tuple(inputs), finite_too, wanted))
 
     def refine(status: int) -> int:
         return fpflags.refine(lambda ins: fpflags.TO_NUMPY[rerun(ins)], tuple(inputs), cores, status,
-                              by_rows)
+                              by_rows, compiled)
 
     report(fpflags.TO_NUMPY[raw], spec.name, refine)
+
+
+#: From this many loop elements a flat loop's refinement (:func:`.fpflags.refine`) runs in a
+#: compiled loop of its own: below, its compilation (once per call signature and machine, kept
+#: on disk) would cost more than refining in NumPy passes does.
+COMPILED_REFINEMENT_MIN = 1 << 16
+
+
+def _replacing(spec: KernelSpec, compiled: CpuKernel, plan: Plan,
+               parallel: bool) -> Callable[[tuple[Any, ...], bool, int], int] | None:
+    """``replacing(inputs, finite_too, wanted)`` for :func:`_report`: the plain flat loop's
+    refinement in the compiled loops of :func:`.loops.refining_loops` (NumPy's bits; 0 where
+    every element has a special argument), for calls of :data:`COMPILED_REFINEMENT_MIN`
+    elements and more of a kernel that cannot raise; else ``None``."""
+    if plan.size < COMPILED_REFINEMENT_MIN or not fpflags.ENABLED or compiled.may_raise(plan.loop):
+        return None
+    dtype = plan.result_dtype
+    argtypes = (nbtypes.int64, _array_type(dtype, 1), nbtypes.int64, _numba_args(plan))
+    low = (1 << fpflags.STATUS_BITS) - 1
+
+    @functools.cache
+    def entry(finite_too: bool) -> Callable[..., int]:
+        return compiled.compile_loop(compiled.refining(plan.loop)[finite_too][parallel], argtypes)
+
+    def replacing(inputs: tuple[Any, ...], finite_too: bool, wanted: int) -> int:
+        scratch = np.empty(loops.REFINE_BLOCK, dtype)
+        raw = entry(finite_too)(plan.size, scratch, fpflags.to_raw(wanted), inputs)
+        return 0 if raw < 0 else fpflags.TO_NUMPY[raw & low]
+
+    return replacing
 
 
 def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
@@ -474,17 +527,19 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
         def rerun_rows(inputs: tuple[Any, ...], lo: int, hi: int) -> int:
             return run(rows(lo, hi), inputs)
 
+        replacing = _replacing(spec, compiled, plan, parallel)
+
         def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
                 out = np.empty(shape, dtype)
                 raw = run(out, inputs)
                 if raw:
-                    _report(spec, raw, inputs, cores, rerun, rerun_rows)
+                    _report(spec, raw, inputs, cores, rerun, rerun_rows, replacing)
                 return (out,)
             inputs = guard(inputs, outs)
             raw = run(outs[0], inputs)
             if raw:
-                _report(spec, raw, inputs, cores, rerun, rerun_rows)
+                _report(spec, raw, inputs, cores, rerun, rerun_rows, replacing)
             return outs
 
         return execute

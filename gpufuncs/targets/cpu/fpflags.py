@@ -19,12 +19,13 @@ the scalar source says in two ways:
 
 The first is undone after the fact (:func:`refine`): when the loop reported 'invalid' and some
 input element is NaN, the loop runs once more with each such element's arguments replaced by
-those of an element without NaN, and only that run's 'invalid' counts; likewise for overflow,
-underflow and divide-by-zero and elements with a NaN or infinite argument (the vector math's
-``exp`` scales an infinite argument's result, which raises overflow; IEEE arithmetic on
-infinities raises none of the three). It costs a second pass, only on calls whose flags would
-be acted on (not ignored) and that have such arguments. The second is the kernel's to avoid
-(``docs/semantics.md``).
+those of an element without NaN (in a compiled loop that replaces them as it reads them, for
+large plain calls: :func:`.loops.refining_loops`), and only that run's 'invalid' counts;
+likewise for overflow, underflow and divide-by-zero and elements with a NaN or infinite
+argument (the vector math's ``exp`` scales an infinite argument's result, which raises
+overflow; IEEE arithmetic on infinities raises none of the three). It costs a second pass,
+only on calls whose flags would be acted on (not ignored) and that have such arguments. The
+second is the kernel's to avoid (``docs/semantics.md``).
 
 ``GPUFUNCS_FPSTATUS=0`` in the environment compiles loops that neither clear nor read the
 status (for measuring its cost); the setting is part of the loops' cache key.
@@ -98,6 +99,11 @@ _MASK = sum(_BITS.values()) if _BITS else 0
 #: The loops' status (the C library's bits) as NumPy's bits, for every value they can return.
 TO_NUMPY = [sum(_NPY[k] for k, b in (_BITS or {}).items() if raw & b) for raw in range(_MASK + 1)]
 
+def to_raw(bits: int) -> int:
+    """NumPy's bits ``bits`` as the loops' status bits (the C library's)."""
+    return sum(b for k, b in (_BITS or {}).items() if bits & _NPY[k])
+
+
 #: The loops' status fits below this bit (the parallel loops return a failed index above it).
 STATUS_BITS = 8
 
@@ -143,10 +149,14 @@ ROWS_BYTES = 1 << 19
 
 Rerun = Callable[[tuple[Any, ...]], int]
 RerunRows = Callable[[tuple[Any, ...], int, int], int]
+#: ``replacing(finite_too, wanted)``: the status of the loop with each element that has a NaN
+#: (``finite_too``: a NaN or infinite) argument given the arguments of the first that has none,
+#: until ``wanted`` is raised; 0 where every element has one (NumPy's bits, as :func:`_without`).
+Replacing = Callable[[bool, int], int]
 
 
 def refine(run: Rerun, inputs: tuple[Any, ...], core: tuple[int, ...], status: int,
-           run_rows: RerunRows | None = None) -> int:
+           run_rows: RerunRows | None = None, replacing: Replacing | None = None) -> int:
     """``status`` (NumPy's bits) without what only special arguments raised (see the module
     docstring): 'invalid' is kept only if the loop raises it on the elements without a NaN
     argument, divide-by-zero, overflow and underflow only if it raises them on the elements
@@ -162,13 +172,21 @@ def refine(run: Rerun, inputs: tuple[Any, ...], core: tuple[int, ...], status: i
     shape (``inputs``: every array's rows ``lo:hi``, the scalars): the refinement then goes
     :data:`ROWS_BYTES` at a time, in copies that stay in cache, and stops at the first
     piece that confirms every flag (a call on data with NaN took 7x to 22x NumPy's time in
-    fresh copies of whole arrays).
+    fresh copies of whole arrays). ``replacing``, where given, does the same in a compiled loop
+    that replaces the arguments as it reads them (see :func:`.loops.refining_loops`): no
+    copies, no pass of NumPy's, and on ``parallel`` on every thread.
     """
     finite_kinds = DIVIDE | OVERFLOW | UNDERFLOW
+
+    def without(finite_too: bool, wanted: int) -> int:
+        if replacing is not None:
+            return replacing(finite_too, wanted)
+        return _without(run, run_rows, inputs, core, _not_finite if finite_too else np.isnan, wanted)
+
     if status & INVALID:
-        status &= ~INVALID | _without(run, run_rows, inputs, core, np.isnan, INVALID)
+        status &= ~INVALID | without(False, INVALID)
     if status & finite_kinds:
-        status &= ~finite_kinds | _without(run, run_rows, inputs, core, _not_finite, status & finite_kinds)
+        status &= ~finite_kinds | without(True, status & finite_kinds)
     return status
 
 

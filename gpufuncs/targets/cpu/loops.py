@@ -470,3 +470,129 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
         return combined(status, j)
 
     return serial, jit(masked), jit(parallel, parallel=True)
+
+
+# -- refinement loops (see fpflags.refine) ----------------------------------------------------------
+#: Elements a refinement loop computes between two reads of the status: its scratch output (kept
+#: in cache) and how soon it stops once every flag it looks for is confirmed.
+REFINE_BLOCK = 1 << 12
+
+#: The magnitude bits of each float width's infinity (larger magnitudes are NaN).
+_INFINITY_BITS = {16: 0x7C00, 32: 0x7F800000, 64: 0x7FF0000000000000}
+
+
+def _special_bit(builder: Any, value: Any, numba_type: Any, finite_too: bool) -> Any:
+    """``i1``: whether ``value`` is NaN (or, with ``finite_too``, not finite), tested on its bits:
+    integer instructions, which raise no floating-point flag (an ordered vector compare of a
+    NaN raises 'invalid')."""
+    from llvmlite import ir
+
+    if isinstance(numba_type, types.Complex):
+        part = numba_type.underlying_float
+        return builder.or_(_special_bit(builder, builder.extract_value(value, 0), part, finite_too),
+                           _special_bit(builder, builder.extract_value(value, 1), part, finite_too))
+    if not isinstance(numba_type, types.Float):
+        return ir.Constant(ir.IntType(1), 0)
+    width = numba_type.bitwidth
+    bits = builder.bitcast(value, ir.IntType(width))
+    magnitude = builder.and_(bits, bits.type((1 << (width - 1)) - 1))
+    return builder.icmp_unsigned(">=" if finite_too else ">", magnitude, bits.type(_INFINITY_BITS[width]))
+
+
+def _any_special(builder: Any, values: Any, value_types: Any, finite_too: bool) -> Any:
+    from llvmlite import ir
+
+    found = ir.Constant(ir.IntType(1), 0)
+    for k, t in enumerate(value_types):
+        found = builder.or_(found, _special_bit(builder, builder.extract_value(values, k), t, finite_too))
+    return found
+
+
+def _special_tests(finite_too: bool) -> tuple[Any, Any]:
+    """``(special, chosen)`` intrinsics over a tuple of loop values: ``special(values)``, whether
+    any is NaN (or not finite, with ``finite_too``); ``chosen(values, fill)``, ``fill`` where so,
+    else ``values`` (selects, no branch: the loop stays vectorizable)."""
+
+    @intrinsic
+    def special(typingctx, values):
+        def codegen(context, builder, sig, llargs):
+            return _any_special(builder, llargs[0], values.types, finite_too)
+
+        return types.boolean(values), codegen
+
+    @intrinsic
+    def chosen(typingctx, values, fill):
+        def codegen(context, builder, sig, llargs):
+            bad = _any_special(builder, llargs[0], values.types, finite_too)
+            picked = [builder.select(bad, builder.extract_value(llargs[1], k),
+                                     builder.extract_value(llargs[0], k)) for k in range(len(values.types))]
+            return context.make_tuple(builder, sig.return_type, picked)
+
+        return values(values, fill), codegen
+
+    return special, chosen
+
+
+def refining_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None,
+                   before_compile: Callable[[], None] | None = None) -> tuple[tuple[Any, Any], ...]:
+    """Loops that tell the floating-point flags an elementwise kernel raises on its ordinary
+    arguments from those only special ones raise (:func:`.fpflags.refine`), without copies.
+
+    One ``(serial, parallel)`` pair per kind of special argument: NaN, then NaN or infinite.
+    ``serial(n, scratch, wanted, *args)`` (the arguments as the flat loops take them, ``n`` the
+    loop's size, ``scratch`` a 1-D array of the output dtype and :data:`REFINE_BLOCK`
+    elements) runs the kernel over the loop with each element that has a special argument
+    given the arguments of the first element that has none, and returns the status raised (the
+    C library's bits), or -1 where every element has one. It reads the status after each
+    block of elements and stops once every bit of ``wanted`` is raised. ``parallel`` does the
+    same in chunks on Numba's threads. For kernels that cannot raise (:func:`may_raise`).
+    """
+    key = None if key is None else f"{key}:refining"
+    return tuple(_refining_pair(scalar, cast, finite_too, key and f"{key}:{int(finite_too)}", before_compile)
+                 for finite_too in (False, True))
+
+
+def _refining_pair(scalar: Callable[..., Any], cast: tuple[Any, ...], finite_too: bool, key: str | None,
+                   before_compile: Callable[[], None] | None) -> tuple[Any, Any]:
+    """:func:`refining_loops`' ``(serial, parallel)`` for one kind of special argument."""
+    special, chosen = _special_tests(finite_too)
+
+    @numba.njit(**options())
+    def first(n, args):
+        for k in range(n):
+            if not special(elements(args, k, cast)):
+                return k
+        return -1
+
+    @numba.njit(**options())
+    def body(scratch, lo, hi, wanted, fill, args):
+        wide_vectors()
+        clear_status()
+        for start in range(lo, hi, scratch.size):
+            stop = min(hi, start + scratch.size)
+            block = sliced(args, start, stop)  # (indices from 0: contiguous loads, as the loops')
+            for i in range(stop - start):
+                scratch[i] = scalar(*chosen(elements(block, i, cast), fill))
+            if read_status() & wanted == wanted:
+                break
+        return read_status()
+
+    def serial(n, scratch, wanted, *args):
+        args = flat(args)
+        k = first(n, args)
+        return -1 if k < 0 else body(scratch, 0, n, wanted, elements(args, k, cast), args)
+
+    def parallel(n, scratch, wanted, *args):
+        args = flat(args)
+        k = first(n, args)
+        if k < 0:
+            return -1
+        fill = elements(args, k, cast)
+        pieces = chunks(n, 1)
+        status = np.zeros(pieces, np.int64)
+        for c in prange(pieces):
+            lo, hi = c * n // pieces, (c + 1) * n // pieces
+            status[c] = body(np.empty_like(scratch), lo, hi, wanted, fill, args)
+        return combined(status, -1)
+
+    return _jit(serial, key, before_compile), _jit(parallel, key, before_compile, parallel=True)
