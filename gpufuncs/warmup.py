@@ -10,9 +10,10 @@ The calls made per loop: every input a 1-D contiguous array of the loop's dtype,
 input an array with the others Python scalars (``gaussian(x, 0.0, 1.0)``), each on arrays below
 and above the size from which the CPU loops use their widest vectors. Other kinds of call
 (``where=``, arrays of other dimensions or layouts, NumPy scalars, float16) compile on their
-first use, as before. A process still compiles each kernel's scalar function in memory on its
-first call (it is not cached on disk); the loops, most of a first call's compile time, are
-loaded.
+first use, as before, and so does a large call's refinement loop for data with NaN or
+infinities (:func:`gpufuncs.targets.cpu.loops.refining_loops`). A process still compiles
+each kernel's scalar function in memory on its first call (it is not cached on disk); the
+loops, most of a first call's compile time, are loaded.
 
 Where the cache is: :func:`cache_directory`; ``NUMBA_CACHE_DIR`` moves it.
 """
