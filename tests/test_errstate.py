@@ -331,7 +331,8 @@ def test_large_calls_refine_in_a_compiled_loop(target, dtype, monkeypatch):
     each element with a special argument the arguments of the first one without (no NumPy
     pass: fpflags._without is never called): NaN and infinities anywhere, genuine flags in the
     first element, the last, or none, every element special, a special scalar argument; the
-    kinds reported are NumPy's for the same call (underflow aside, docs/semantics.md)."""
+    kinds reported are NumPy's for the same call (underflow aside, docs/semantics.md); so on the
+    general flat path (Python int scalars, F-ordered arrays)."""
     from gpufuncs.targets import cpu
     from gpufuncs.targets.cpu import fpflags
 
@@ -360,6 +361,17 @@ def test_large_calls_refine_in_a_compiled_loop(target, dtype, monkeypatch):
     x[::97] = np.nan
     assert gf_kinds(gf.clamp, x, dtype(np.nan), dtype(1.5), target=target) == \
         numpy_kinds(np.clip, x, dtype(np.nan), dtype(1.5))
+    # Calls of the general flat path: Python int scalars (converted), F-ordered arrays (as their
+    # C-ordered transposes); a genuine invalid (sqrt(-1)) last in memory order, or none.
+    square = np.asfortranarray(np.resize(base, (n // 256, 256)))
+    square[::7, ::5] = np.nan
+    for genuine_at in (None, (-1, -1)):
+        y, z = x.copy(), square.copy()
+        if genuine_at is not None:
+            y[-1], z[genuine_at] = -1.0, -1.0
+        assert gf_kinds(gf.clamp, y, 0, 1, target=target) == numpy_kinds(np.clip, y, 0, 1)
+        assert gf_kinds(vsqrt, z, target=target) == numpy_kinds(np.sqrt, z)
+        assert gf_kinds(root_below_3, z, target=target) == numpy_kinds(numpy_root_below_3, z)
 
 
 @pytest.mark.parametrize("target", ["cpu", "parallel"])

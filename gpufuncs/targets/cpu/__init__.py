@@ -516,6 +516,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
     guard = overlap_guard(plan)
     cores = (0,) * spec.nin
+    replacing = _replacing(spec, compiled, plan, parallel)
 
     def rows(lo: int, hi: int) -> np.ndarray:  # scratch for rows lo:hi of the loop
         return np.empty((hi - lo, *shape[1:]), dtype)
@@ -526,8 +527,6 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
         def rerun_rows(inputs: tuple[Any, ...], lo: int, hi: int) -> int:
             return run(rows(lo, hi), inputs)
-
-        replacing = _replacing(spec, compiled, plan, parallel)
 
         def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
@@ -560,6 +559,11 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
             out, masks, args = out.T, tuple(m.T for m in masks), [getattr(a, "T", a) for a in args]
         return run(out, *masks, tuple(args))
 
+    # (Python int scalars converted, F-ordered arrays as their transposes, as compute passes them)
+    unmasked = None if replacing is None else (
+        lambda ins, finite_too, wanted: replacing(tuple(getattr(a, "T", a) for a in ins) if transposed
+                                                  else ins, finite_too, wanted))
+
     def execute_general(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         args = _loop_args(inputs, outs, ints)
         out = outs[0] if outs is not None else np.empty(shape, dtype, order=order)
@@ -567,7 +571,8 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
         raw = compute(args, out, masks)
         if raw:
             _report(spec, raw, args, cores,
-                    lambda ins: compute(list(ins), np.empty(shape, dtype, order=order), masks))
+                    lambda ins: compute(list(ins), np.empty(shape, dtype, order=order), masks),
+                    None, None if masks else unmasked)
         return outs if outs is not None else (out,)
 
     return execute_general
