@@ -287,13 +287,18 @@ def numpy_root_below_3(x):
 
 @pytest.mark.parametrize("target", ["cpu", "parallel"])
 def test_large_arrays_refine_their_flags_by_rows(target, monkeypatch):
-    """Arrays of several of a refinement's pieces (fpflags.ROWS_BYTES) with NaN throughout:
-    the pieces' vector compares raise a spurious invalid, which is not reported; a genuine
-    one (a negative sqrt argument) in the last piece only, or the first, is, as NumPy's; so
-    on the masked loop (where=) and on a kernel of two outputs (its gufunc loop). The plain
-    call (no where=) refines in its compiled loop instead, with no piece of NumPy's."""
+    """Where the refinement is not compiled (here: COMPILED_REFINEMENT_MIN raised past the
+    call, for a kernel whose calls are planned after that), arrays of several of its pieces
+    (fpflags.ROWS_BYTES) with NaN throughout: the pieces' vector compares raise a spurious
+    invalid, which is not reported; a genuine one (a negative sqrt argument) in the last piece
+    only, or the first, is, as NumPy's; so on the masked loop (where=), and on a kernel of two
+    outputs (its gufunc loop, which refines whole)."""
+    from gpufuncs.targets import cpu
     from gpufuncs.targets.cpu import fpflags
 
+    monkeypatch.setattr(cpu, "COMPILED_REFINEMENT_MIN", 1 << 62)
+    by_rows = gf.ufunc(signatures=gf.float_signatures(1), name=f"root_below_3_by_rows_{target}",
+                       replace=True)(root_below_3.spec.pyfunc)
     pieces = []
     original = fpflags._replaced
     monkeypatch.setattr(fpflags, "_replaced",
@@ -307,12 +312,11 @@ def test_large_arrays_refine_their_flags_by_rows(target, monkeypatch):
         if negative is not None:
             y[negative] = -1.0
         pieces.clear()
-        assert gf_kinds(root_below_3, y, target=target) == numpy_kinds(numpy_root_below_3, y)
-        assert pieces == [], "refined in the compiled loop"
-        got = np.zeros(n)
-        assert gf_kinds(root_below_3, y, out=got, where=where, target=target) == \
-            numpy_kinds(lambda v: np.sqrt(v, out=np.zeros(n), where=where), y)
+        assert gf_kinds(by_rows, y, target=target) == numpy_kinds(numpy_root_below_3, y)
         assert len(pieces) >= (1 if negative == 3 else 4), "refined by rows"
+        got = np.zeros(n)
+        assert gf_kinds(by_rows, y, out=got, where=where, target=target) == \
+            numpy_kinds(lambda v: np.sqrt(v, out=np.zeros(n), where=where), y)
         with np.errstate(invalid="ignore"):
             np.testing.assert_array_equal(got, np.where(where, numpy_root_below_3(y), 0.0))
         assert gf_kinds(root_below_3_and_square, y, target=target) == numpy_kinds(numpy_root_below_3, y)
@@ -372,6 +376,44 @@ def test_large_calls_refine_in_a_compiled_loop(target, dtype, monkeypatch):
         assert gf_kinds(gf.clamp, y, 0, 1, target=target) == numpy_kinds(np.clip, y, 0, 1)
         assert gf_kinds(vsqrt, z, target=target) == numpy_kinds(np.sqrt, z)
         assert gf_kinds(root_below_3, z, target=target) == numpy_kinds(numpy_root_below_3, z)
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+@pytest.mark.parametrize("n", [1000, 20_000, 200_000])
+def test_masked_calls_refine_with_the_arguments_of_an_element_they_compute(target, n):
+    """where= calls on data with NaN: the refinement gives a NaN element the arguments of an
+    element the masked loop computes, never of one it skips (a negative sqrt argument the mask
+    leaves out was reported as NumPy does not), by NumPy passes (n = 1000) and compiled (the
+    others), C- and F-ordered; a genuine invalid the mask lets in is reported."""
+    x = np.linspace(-1.0, 4.0, n)
+    x[::97] = np.nan
+    mask = (x >= 0.0) | np.isnan(x)  # the negatives left out
+    y, let_in = x.copy(), mask.copy()
+    y[n // 2] = let_in[n // 2] = -1.0
+    for values, where, layout in ((x, mask, "C"), (y, let_in, "C"),
+                                  (np.asfortranarray(np.resize(x, (n // 100, 100))),
+                                   np.asfortranarray(np.resize(mask, (n // 100, 100))), "F")):
+        got = gf_kinds(root_below_3, values, out=np.zeros_like(values), where=where, target=target)
+        want = numpy_kinds(lambda v, w=where: np.sqrt(v, out=np.zeros_like(v), where=w), values)
+        assert got == want, layout
+
+
+@pytest.mark.parametrize("layout", ["reversed", "strided", "broadcast"])
+def test_parallel_calls_through_numba_ufuncs_report_their_flags(layout):
+    """Calls of target 'parallel' that take Numba's ufunc (a layout the flat loops do not take)
+    report what the kernel raised: Numba's parallel ufunc runs its loop on threads whose status
+    NumPy never reads (sqrt(-inf) returned NaN silently under 'raise'; found by the property
+    test below), so it runs only calls whose every kind is ignored, with NumPy's values."""
+    for at in (0, 31, 63):  # (whichever thread computes it)
+        x = np.linspace(1.0, 64.0, 64)
+        x[at], x[(at + 17) % 64] = -np.inf, np.nan
+        value = {"reversed": x[::-1], "strided": np.repeat(x, 2)[::2],
+                 "broadcast": x[:, None] + np.zeros(3)}[layout]
+        with np.errstate(invalid="raise"), pytest.raises(FloatingPointError,
+                                                         match="invalid value encountered in vsqrt"):
+            vsqrt(value, target="parallel")
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(vsqrt(value, target="parallel"), np.sqrt(value))
 
 
 @pytest.mark.parametrize("target", ["cpu", "parallel"])

@@ -52,7 +52,7 @@ from ..base import (
     scalar_cast,
 )
 from ..compose import compiled_body
-from ..fpstatus import report
+from ..fpstatus import ignoring_all, report
 from . import auto, cache, division, fpflags, loops, vecmath  # (division registers its lowering)
 from .layers import GUARD
 from .vecmath import with_vector_math
@@ -452,20 +452,21 @@ def _checked(spec: KernelSpec, threaded: Callable[..., int]) -> Callable[..., in
 def _report(spec: KernelSpec, raw: int, inputs: Any, cores: tuple[int, ...],
             rerun: Callable[[tuple[Any, ...]], int],
             rerun_rows: Callable[[tuple[Any, ...], int, int], int] | None = None,
-            replacing: Callable[[tuple[Any, ...], bool, int], int] | None = None) -> None:
+            replacing: Replacing | None = None, where: Any = None) -> None:
     """Report the status ``raw`` (the C library's bits) that a flat loop returned for
     ``inputs`` through NumPy's error handling; ``rerun(inputs)`` runs the same loop again into
     scratch outputs and returns its status, ``rerun_rows(inputs, lo, hi)`` (where the loop can
-    run on rows ``lo:hi`` of its shape) on those rows, ``replacing(inputs, finite_too, wanted)``
-    (where given) refines in a compiled loop (for :func:`.fpflags.refine`)."""
+    run on rows ``lo:hi`` of its shape) on those rows, ``replacing`` (where given: see
+    :func:`_replacing`, with the mask ``where``) refines in a compiled loop (for
+    :func:`.fpflags.refine`)."""
     by_rows = None if rerun_rows is None else (
         lambda ins, lo, hi: fpflags.TO_NUMPY[rerun_rows(ins, lo, hi)])
     compiled = None if replacing is None else (
-        lambda finite_too, wanted: replacing(tuple(inputs), finite_too, wanted))
+        lambda finite_too, wanted: replacing(tuple(inputs), where, finite_too, wanted))
 
     def refine(status: int) -> int:
         return fpflags.refine(lambda ins: fpflags.TO_NUMPY[rerun(ins)], tuple(inputs), cores, status,
-                              by_rows, compiled)
+                              by_rows, compiled, where)
 
     report(fpflags.TO_NUMPY[raw], spec.name, refine)
 
@@ -478,25 +479,29 @@ def _report(spec: KernelSpec, raw: int, inputs: Any, cores: tuple[int, ...],
 COMPILED_REFINEMENT_MIN = 1 << 13
 
 
-def _replacing(spec: KernelSpec, compiled: CpuKernel, plan: Plan,
-               parallel: bool) -> Callable[[tuple[Any, ...], bool, int], int] | None:
-    """``replacing(inputs, finite_too, wanted)`` for :func:`_report`: the plain flat loop's
+Replacing = Callable[[tuple[Any, ...], Any, bool, int], int]
+
+
+def _replacing(compiled: CpuKernel, plan: Plan, parallel: bool) -> Replacing | None:
+    """``replacing(inputs, where, finite_too, wanted)`` for :func:`_report`: a flat loop's
     refinement in the compiled loops of :func:`.loops.refining_loops` (NumPy's bits; 0 where
-    every element has a special argument), for calls of :data:`COMPILED_REFINEMENT_MIN`
-    elements and more of a kernel that cannot raise; else ``None``."""
+    every element computed has a special argument; ``where``: ``None``, or the masked loop's
+    mask as it takes it), for calls of :data:`COMPILED_REFINEMENT_MIN` elements and more of a
+    kernel that cannot raise; else ``None``."""
     if plan.size < COMPILED_REFINEMENT_MIN or not fpflags.ENABLED or compiled.may_raise(plan.loop):
         return None
     dtype = plan.result_dtype
-    argtypes = (nbtypes.int64, _array_type(dtype, 1), nbtypes.int64, _numba_args(plan))
+    where_type = nbtypes.none if plan.where is None else _array_type(plan.where.dtype, len(plan.where.shape))
+    argtypes = (nbtypes.int64, _array_type(dtype, 1), nbtypes.int64, where_type, _numba_args(plan))
     low = (1 << fpflags.STATUS_BITS) - 1
 
     @functools.cache
     def entry(finite_too: bool) -> Callable[..., int]:
         return compiled.compile_loop(compiled.refining(plan.loop)[finite_too][parallel], argtypes)
 
-    def replacing(inputs: tuple[Any, ...], finite_too: bool, wanted: int) -> int:
+    def replacing(inputs: tuple[Any, ...], where: Any, finite_too: bool, wanted: int) -> int:
         scratch = np.empty(loops.REFINE_BLOCK, dtype)
-        raw = entry(finite_too)(plan.size, scratch, fpflags.to_raw(wanted), inputs)
+        raw = entry(finite_too)(plan.size, scratch, fpflags.to_raw(wanted), where, inputs)
         return 0 if raw < 0 else fpflags.TO_NUMPY[raw & low]
 
     return replacing
@@ -518,7 +523,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 
     guard = overlap_guard(plan)
     cores = (0,) * spec.nin
-    replacing = _replacing(spec, compiled, plan, parallel)
+    replacing = _replacing(compiled, plan, parallel)
 
     def rows(lo: int, hi: int) -> np.ndarray:  # scratch for rows lo:hi of the loop
         return np.empty((hi - lo, *shape[1:]), dtype)
@@ -551,7 +556,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
             raw = run(outs[0], where, inputs)
             if raw:
                 _report(spec, raw, inputs, cores, lambda ins: run(np.empty(shape, dtype), where, ins),
-                        lambda ins, lo, hi: run(rows(lo, hi), where[lo:hi], ins))
+                        lambda ins, lo, hi: run(rows(lo, hi), where[lo:hi], ins), replacing, where)
             return outs
 
         return execute_masked
@@ -562,9 +567,9 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
         return run(out, *masks, tuple(args))
 
     # (Python int scalars converted, F-ordered arrays as their transposes, as compute passes them)
-    unmasked = None if replacing is None else (
-        lambda ins, finite_too, wanted: replacing(tuple(getattr(a, "T", a) for a in ins) if transposed
-                                                  else ins, finite_too, wanted))
+    general = None if replacing is None or not transposed else (
+        lambda ins, mask, finite_too, wanted: replacing(tuple(getattr(a, "T", a) for a in ins),
+                                                        None if mask is None else mask.T, finite_too, wanted))
 
     def execute_general(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         args = _loop_args(inputs, outs, ints)
@@ -574,7 +579,7 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
         if raw:
             _report(spec, raw, args, cores,
                     lambda ins: compute(list(ins), np.empty(shape, dtype, order=order), masks),
-                    None, None if masks else unmasked)
+                    None, general or replacing, masks[0] if masks else None)
         return outs if outs is not None else (out,)
 
     return execute_general
@@ -697,8 +702,13 @@ class _LoopRuns:
 
 
 def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
-    ufunc = compiled.numba_object(serial=not threaded, loop=plan.loop.compiled)
-    ufunc = getattr(ufunc, "ufunc", ufunc)  # the DUFunc's real np.ufunc
+    serial = compiled.numba_object(serial=True, loop=plan.loop.compiled)
+    serial = getattr(serial, "ufunc", serial)  # the DUFunc's real np.ufunc
+    # Numba's parallel ufunc runs its loop on threads whose floating-point status NumPy never
+    # reads (sqrt(-inf) under np.errstate(invalid='raise') returned NaN silently): it runs only
+    # calls whose every kind NumPy ignores, the others run on the caller's thread.
+    threads = compiled.numba_object(loop=plan.loop.compiled) if threaded else None
+    threads = getattr(threads, "ufunc", threads)
     signature = plan.loop.compiled.types
     shape, dtype = plan.out_shapes[0], plan.result_dtype
     transposed = plan.order == "F" and len(shape) > 1
@@ -717,11 +727,12 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
     cores = (0,) * spec.nin
 
     def rerun(inputs: tuple[Any, ...]) -> int:
-        return fpflags.numpy_status(lambda: ufunc(*inputs, casting="unsafe", signature=signature))
+        return fpflags.numpy_status(lambda: serial(*inputs, casting="unsafe", signature=signature))
 
     def compute(runs: _LoopRuns, inputs: list[Any], out: np.ndarray) -> None:
         for i, cast in scalars:
             inputs[i] = cast(inputs[i])
+        ufunc = threads if threads is not None and (not fpflags.ENABLED or ignoring_all()) else serial
         # The casts were checked by dispatch against the caller's ``casting=``.
         runs.run(lambda: ufunc(*inputs, out=out, casting="unsafe", signature=signature), inputs)
 

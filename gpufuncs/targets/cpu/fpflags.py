@@ -156,7 +156,8 @@ Replacing = Callable[[bool, int], int]
 
 
 def refine(run: Rerun, inputs: tuple[Any, ...], core: tuple[int, ...], status: int,
-           run_rows: RerunRows | None = None, replacing: Replacing | None = None) -> int:
+           run_rows: RerunRows | None = None, replacing: Replacing | None = None,
+           where: np.ndarray | None = None) -> int:
     """``status`` (NumPy's bits) without what only special arguments raised (see the module
     docstring): 'invalid' is kept only if the loop raises it on the elements without a NaN
     argument, divide-by-zero, overflow and underflow only if it raises them on the elements
@@ -174,14 +175,16 @@ def refine(run: Rerun, inputs: tuple[Any, ...], core: tuple[int, ...], status: i
     piece that confirms every flag (a call on data with NaN took 7x to 22x NumPy's time in
     fresh copies of whole arrays). ``replacing``, where given, does the same in a compiled loop
     that replaces the arguments as it reads them (see :func:`.loops.refining_loops`): no
-    copies, no pass of NumPy's, and on ``parallel`` on every thread.
+    copies, no pass of NumPy's, and on ``parallel`` on every thread. ``where`` (the loop's
+    shape), where given, is the mask of the elements the loop computes: the arguments given
+    are those of one of them (an element the loop skips may be one the kernel raises on).
     """
     finite_kinds = DIVIDE | OVERFLOW | UNDERFLOW
 
     def without(finite_too: bool, wanted: int) -> int:
         if replacing is not None:
             return replacing(finite_too, wanted)
-        return _without(run, run_rows, inputs, core, _not_finite if finite_too else np.isnan, wanted)
+        return _without(run, run_rows, inputs, core, _not_finite if finite_too else np.isnan, wanted, where)
 
     if status & INVALID:
         status &= ~INVALID | without(False, INVALID)
@@ -195,7 +198,7 @@ def _not_finite(a: Any) -> Any:
 
 
 def _without(run: Rerun, run_rows: RerunRows | None, inputs: tuple[Any, ...], core: tuple[int, ...],
-             special: Callable[[Any], Any], wanted: int) -> int:
+             special: Callable[[Any], Any], wanted: int, where: np.ndarray | None = None) -> int:
     """The status of the loop on ``inputs`` with every element that has an argument where
     ``special`` is true given the arguments of one that has none (all bits set when no
     element has one: nothing to refine with; 0 when every element has one); by rows where
@@ -210,13 +213,13 @@ def _without(run: Rerun, run_rows: RerunRows | None, inputs: tuple[Any, ...], co
         if n and all(a.ndim and a.shape[0] == n for a in arrays):
             step = max(1, ROWS_BYTES // max(a.nbytes // n for a in arrays))
     if n <= step:
-        replaced = _replaced(inputs, core, special)
+        replaced = _replaced(inputs, core, special, where=where)
         return replaced if isinstance(replaced, int) else run(replaced)
     raised, seen = 0, False
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         replaced = _replaced(tuple(a[lo:hi] if isinstance(a, np.ndarray) else a for a in inputs),
-                             core, special, keep=True)
+                             core, special, keep=True, where=None if where is None else where[lo:hi])
         if isinstance(replaced, int):
             continue  # every element of these rows has such an argument
         seen = True
@@ -227,10 +230,10 @@ def _without(run: Rerun, run_rows: RerunRows | None, inputs: tuple[Any, ...], co
 
 
 def _replaced(inputs: tuple[Any, ...], core: tuple[int, ...], special: Callable[[Any], Any],
-              keep: bool = False) -> tuple[Any, ...] | int:
+              keep: bool = False, where: np.ndarray | None = None) -> tuple[Any, ...] | int:
     """``inputs`` with every element that has a special argument given the arguments of the
-    first one that has none, in copies; ``~0`` where no element has one (``inputs``
-    themselves if ``keep``), 0 where every element has one."""
+    first one that has none (of those ``where`` selects, if given), in copies; ``~0`` where no
+    element has one (``inputs`` themselves if ``keep``), 0 where every element has one."""
     bad = None
     for a, c in zip(inputs, core):
         if isinstance(a, np.ndarray) and a.dtype.kind in "fc":
@@ -244,8 +247,9 @@ def _replaced(inputs: tuple[Any, ...], core: tuple[int, ...], special: Callable[
     shapes = {a.shape[: a.ndim - c] for a, c in zip(inputs, core) if isinstance(a, np.ndarray)}
     if len(shapes) > 1 or bad.shape not in shapes:
         bad = np.broadcast_to(bad, np.broadcast_shapes(*shapes))
-    index = int(np.argmin(bad.reshape(-1)))  # the first element without one (no index array:
-    if bad.flat[index]:                      # a call on NaN data pays this on every call)
+    unusable = bad if where is None else bad | ~np.broadcast_to(where, bad.shape)
+    index = int(np.argmin(unusable.reshape(-1)))  # the first element without one (no index
+    if unusable.flat[index]:                      # array: a call on NaN data pays this each call)
         return 0
     first = np.unravel_index(index, bad.shape)
     replaced = []

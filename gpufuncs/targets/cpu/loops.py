@@ -96,10 +96,12 @@ def _flat_view(context: Any, builder: Any, given: Any, made: Any, value: Any) ->
 
 @intrinsic
 def flat(typingctx, args):
-    """The 1-D view of an array, or the tuple ``args`` with every array as its 1-D view; one
-    intrinsic for the tuple, as :func:`elements`. The arrays must be typed C-contiguous (the
-    view is made from the pointer and the size alone): the executors key the layout, and any
-    other layout is refused here."""
+    """The 1-D view of an array, or the tuple ``args`` with every array as its 1-D view (``None``
+    as it is); one intrinsic for the tuple, as :func:`elements`. The arrays must be typed
+    C-contiguous (the view is made from the pointer and the size alone): the executors key the
+    layout, and any other layout is refused here."""
+    if isinstance(args, types.NoneType):
+        return args(args), lambda context, builder, sig, llargs: llargs[0]
     given = [args] if isinstance(args, types.Array) else list(args.types)
     if any(isinstance(a, types.Array) and a.layout != "C" for a in given):
         raise errors.TypingError(f"flat: arrays must be C-contiguous, got {args}")
@@ -539,11 +541,12 @@ def refining_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str |
     arguments from those only special ones raise (:func:`.fpflags.refine`), without copies.
 
     One ``(serial, parallel)`` pair per kind of special argument: NaN, then NaN or infinite.
-    ``serial(n, scratch, wanted, *args)`` (the arguments as the flat loops take them, ``n`` the
-    loop's size, ``scratch`` a 1-D array of the output dtype and :data:`REFINE_BLOCK`
-    elements) runs the kernel over the loop with each element that has a special argument
-    given the arguments of the first element that has none, and returns the status raised (the
-    C library's bits), or -1 where every element has one. It reads the status after each
+    ``serial(n, scratch, wanted, where, *args)`` (the arguments as the flat loops take them,
+    ``n`` the loop's size, ``scratch`` a 1-D array of the output dtype and :data:`REFINE_BLOCK`
+    elements, ``where`` ``None`` or the masked loop's mask) runs the kernel over the loop (the
+    elements ``where`` selects) with each element that has a special argument given the
+    arguments of the first such element that has none, and returns the status raised (the C
+    library's bits), or -1 where every element has one. It reads the status after each
     block of elements and stops once every bit of ``wanted`` is raised. ``parallel`` does the
     same in chunks on Numba's threads. For kernels that cannot raise (:func:`may_raise`).
     """
@@ -558,33 +561,39 @@ def _refining_pair(scalar: Callable[..., Any], cast: tuple[Any, ...], finite_too
     special, chosen = _special_tests(finite_too)
 
     @numba.njit(**options())
-    def first(n, args):
+    def first(n, where, args):  # (of the elements computed: where[k], if there is a where)
         for k in range(n):
-            if not special(elements(args, k, cast)):
+            if (where is None or where[k]) and not special(elements(args, k, cast)):
                 return k
         return -1
 
     @numba.njit(**options())
-    def body(scratch, lo, hi, wanted, fill, args):
+    def body(scratch, lo, hi, wanted, fill, where, args):
         wide_vectors()
         clear_status()
         for start in range(lo, hi, scratch.size):
             stop = min(hi, start + scratch.size)
             block = sliced(args, start, stop)  # (indices from 0: contiguous loads, as the loops')
-            for i in range(stop - start):
-                scratch[i] = scalar(*chosen(elements(block, i, cast), fill))
+            if where is None:
+                for i in range(stop - start):
+                    scratch[i] = scalar(*chosen(elements(block, i, cast), fill))
+            else:
+                mask = where[start:stop]
+                for i in range(stop - start):
+                    if mask[i]:
+                        scratch[i] = scalar(*chosen(elements(block, i, cast), fill))
             if read_status() & wanted == wanted:
                 break
         return read_status()
 
-    def serial(n, scratch, wanted, *args):
-        args = flat(args)
-        k = first(n, args)
-        return -1 if k < 0 else body(scratch, 0, n, wanted, elements(args, k, cast), args)
+    def serial(n, scratch, wanted, where, *args):
+        args, where = flat(args), flat(where)
+        k = first(n, where, args)
+        return -1 if k < 0 else body(scratch, 0, n, wanted, elements(args, k, cast), where, args)
 
-    def parallel(n, scratch, wanted, *args):
-        args = flat(args)
-        k = first(n, args)
+    def parallel(n, scratch, wanted, where, *args):
+        args, where = flat(args), flat(where)
+        k = first(n, where, args)
         if k < 0:
             return -1
         fill = elements(args, k, cast)
@@ -592,7 +601,7 @@ def _refining_pair(scalar: Callable[..., Any], cast: tuple[Any, ...], finite_too
         status = np.zeros(pieces, np.int64)
         for c in prange(pieces):
             lo, hi = c * n // pieces, (c + 1) * n // pieces
-            status[c] = body(np.empty_like(scratch), lo, hi, wanted, fill, args)
+            status[c] = body(np.empty_like(scratch), lo, hi, wanted, fill, where, args)
         return combined(status, -1)
 
     return _jit(serial, key, before_compile), _jit(parallel, key, before_compile, parallel=True)
