@@ -416,6 +416,25 @@ def test_parallel_calls_through_numba_ufuncs_report_their_flags(layout):
             np.testing.assert_array_equal(vsqrt(value, target="parallel"), np.sqrt(value))
 
 
+def test_parallel_gufunc_calls_through_numba_report_their_flags():
+    """The same for a generalized kernel's rows in reverse (Numba's parallel gufunc)."""
+    @gf.gufunc(signatures=["void(float64[:], float64[:])"], layout="(n)->()")
+    def root_sum(x, out):
+        total = 0.0
+        for v in x:
+            total += math.sqrt(v)
+        out[0] = total
+
+    for at in (0, 100, 199):
+        x = np.ones((200, 8))
+        x[at, 3] = -1.0
+        with np.errstate(invalid="raise"), pytest.raises(FloatingPointError,
+                                                         match="invalid value encountered in root_sum"):
+            root_sum(x[::-1], target="parallel")
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(root_sum(x[::-1], target="parallel"), np.sqrt(x[::-1]).sum(axis=1))
+
+
 @pytest.mark.parametrize("target", ["cpu", "parallel"])
 def test_the_numba_ufunc_path_reports_as_the_flat_loops(target):
     """Calls the flat loops do not take (strided, broadcast, float16, masked through a buffer)

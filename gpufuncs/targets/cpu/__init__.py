@@ -787,7 +787,9 @@ def _c_contiguous(a: Arg) -> bool:
 
 
 def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
-    ufunc = compiled.numba_object(serial=not threaded, loop=plan.loop.compiled)
+    serial = compiled.numba_object(serial=True, loop=plan.loop.compiled)
+    # (Numba's parallel gufunc: only for calls whose every kind is ignored, as in _numba_ufunc)
+    threads = compiled.numba_object(loop=plan.loop.compiled) if threaded else None
     loop, loop_shape = plan.loop.compiled, plan.loop_shape
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
@@ -799,15 +801,16 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
     def rerun(inputs: tuple[Any, ...]) -> int:  # (the outputs are the gufunc's last inputs)
         rows = np.broadcast_shapes(*(np.shape(a)[: np.ndim(a) - c] for a, c in zip(inputs, cores)))
         outs = [np.empty(rows + core, d) for core, d in zip(out_cores, loop.outputs)]
-        return fpflags.numpy_status(lambda: ufunc(*inputs, *outs))
+        return fpflags.numpy_status(lambda: serial(*inputs, *outs))
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         runs = _LoopRuns(rerun, cores)
-        results = produce(runs, inputs, outs, where)
+        ufunc = threads if threads is not None and (not fpflags.ENABLED or ignoring_all()) else serial
+        results = produce(runs, ufunc, inputs, outs, where)
         runs.report(compiled.spec.name)
         return results
 
-    def produce(runs: _LoopRuns, inputs: Any, outs: Any, where: Any) -> tuple[Any, ...]:
+    def produce(runs: _LoopRuns, ufunc: Any, inputs: Any, outs: Any, where: Any) -> tuple[Any, ...]:
         if scalars:
             inputs = list(inputs)
             for i, cast in scalars:
