@@ -169,7 +169,7 @@ class CpuKernel:
         self.spec, self.target = spec, target
         self._lock = threading.Lock()
         self._numba: dict[tuple[str, str | None], Any] = {}
-        self._loops: dict[tuple[str, bool], tuple[Any, ...]] = {}
+        self._loops: dict[tuple[str, Any], tuple[Any, ...]] = {}  # (signature, wide or 'refining')
         self._scalar: Any = None
         self._raising: dict[str, bool] = {}  # loop signature -> whether the kernel can raise
 
@@ -207,49 +207,45 @@ class CpuKernel:
     def loops(self, loop: Loop, wide: bool = True) -> tuple[Any, ...]:
         """The flat loop dispatchers of the declared ``loop`` (see :mod:`.loops`); ``wide``: the
         elementwise ones for calls of :data:`.loops.WIDE_MIN` elements and more."""
-        found = self._loops.get((loop.signature, wide))
-        if found is None:
-            with self._lock:
-                found = self._loops.get((loop.signature, wide))
-                if found is None:
-                    key = _cache_key(self.spec, loop)
-                    scalar = self.scalar()
-                    # (what the loops' caches hold: the scalar and its types, not this kernel,
-                    # which a replaced kernel's loops, kept by Numba for good, would keep alive)
-                    inline = functools.partial(loops.inline_into_loops, scalar,
-                                               _scalar_argtypes(self.spec, loop))
-                    casts = tuple(d.type for d in loop.inputs)
-                    # (a kernel that cannot raise runs its serial loop in parallel chunks)
-                    raising = self.target != "parallel" or self.may_raise(loop)
-                    # The scalar function is compiled (and marked for inlining) just before a
-                    # loop is: not at all where every loop comes from the disk cache (0.18 s of
-                    # a fresh process's first gaussian call on 2 cores).
-                    if self.spec.layout is None:
-                        found = loops.ufunc_loops(scalar, casts, key, wide, raising, inline)
-                    else:
-                        found = loops.gufunc_loops(scalar, casts, key, raising, inline)
-                    if not all(cache.keyed(d) for d in found):  # compiled whenever called
-                        _compile(self.spec, self.target, inline)
-                    self._loops[loop.signature, wide] = found
-        return found
+        def build(scalar: Any, casts: tuple[Any, ...], key: str | None, inline: Callable[[], None]) -> Any:
+            # (a kernel that cannot raise runs its serial loop in parallel chunks)
+            raising = self.target != "parallel" or self.may_raise(loop)
+            if self.spec.layout is None:
+                return loops.ufunc_loops(scalar, casts, key, wide, raising, inline)
+            return loops.gufunc_loops(scalar, casts, key, raising, inline)
+
+        return self._made((loop.signature, wide), loop, build)
 
     def refining(self, loop: Loop) -> tuple[tuple[Any, Any], ...]:
         """The refinement loops of the declared elementwise ``loop`` (see
         :func:`.loops.refining_loops`), made on first use (a call on data with NaN whose flags
         are acted on), cached on disk with the other loops."""
-        key = ("refining", loop.signature)
-        found = self._numba.get(key)
+        return self._made((loop.signature, "refining"), loop, loops.refining_loops)
+
+    def _made(self, key: tuple[str, Any], loop: Loop,
+              build: Callable[[Any, tuple[Any, ...], str | None, Callable[[], None]], Any]) -> Any:
+        """The dispatchers ``build(scalar, casts, cache key, inline)`` makes for the declared
+        ``loop``, made once (under the kernel's lock) and kept under ``key``."""
+        found = self._loops.get(key)
         if found is None:
             with self._lock:
-                found = self._numba.get(key)
-                if found is None:
-                    inline = functools.partial(loops.inline_into_loops, self.scalar(),
-                                               _scalar_argtypes(self.spec, loop))
-                    found = loops.refining_loops(self.scalar(), tuple(d.type for d in loop.inputs),
-                                                 _cache_key(self.spec, loop), inline)
-                    if not all(cache.keyed(d) for pair in found for d in pair):
-                        _compile(self.spec, self.target, inline)
-                    self._numba[key] = found
+                if key not in self._loops:
+                    self._loops[key] = self._build(loop, build)
+                found = self._loops[key]
+        return found
+
+    def _build(self, loop: Loop, build: Callable[..., Any]) -> Any:
+        scalar = self.scalar()
+        # (what the loops' caches hold: the scalar and its types, not this kernel, which a
+        # replaced kernel's loops, kept by Numba for good, would keep alive)
+        inline = functools.partial(loops.inline_into_loops, scalar, _scalar_argtypes(self.spec, loop))
+        # The scalar function is compiled (and marked for inlining) just before a loop is: not
+        # at all where every loop comes from the disk cache (0.18 s of a fresh process's first
+        # gaussian call on 2 cores).
+        found = build(scalar, tuple(d.type for d in loop.inputs), _cache_key(self.spec, loop), inline)
+        flat = [d for item in found for d in (item if isinstance(item, tuple) else (item,))]
+        if not all(cache.keyed(d) for d in flat):  # compiled whenever called
+            _compile(self.spec, self.target, inline)
         return found
 
     def inline(self, loop: Loop) -> None:
@@ -701,14 +697,28 @@ class _LoopRuns:
         report(status, name, refine)
 
 
+def _numba_objects(compiled: CpuKernel, plan: Plan, threaded: bool,
+                   unwrap: bool) -> tuple[Any, Callable[[], Any]]:
+    """``(serial, now)``: the serial Numba ufunc (or gufunc) object of ``plan``'s loop (its real
+    ``np.ufunc`` if ``unwrap``), and ``now()``, the one a call runs now. Numba's parallel object
+    runs its loop on threads whose floating-point status NumPy never reads (sqrt(-inf) under
+    ``np.errstate(invalid='raise')`` returned NaN silently): it runs only calls whose every kind
+    NumPy ignores (or all of them where the status is not read at all)."""
+    def made(serial: bool) -> Any:
+        found = compiled.numba_object(serial=serial, loop=plan.loop.compiled)
+        return getattr(found, "ufunc", found) if unwrap else found
+
+    serial = made(True)
+    if not threaded:
+        return serial, lambda: serial
+    threads = made(False)
+    if not fpflags.ENABLED:
+        return serial, lambda: threads
+    return serial, lambda: threads if ignoring_all() else serial
+
+
 def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
-    serial = compiled.numba_object(serial=True, loop=plan.loop.compiled)
-    serial = getattr(serial, "ufunc", serial)  # the DUFunc's real np.ufunc
-    # Numba's parallel ufunc runs its loop on threads whose floating-point status NumPy never
-    # reads (sqrt(-inf) under np.errstate(invalid='raise') returned NaN silently): it runs only
-    # calls whose every kind NumPy ignores, the others run on the caller's thread.
-    threads = compiled.numba_object(loop=plan.loop.compiled) if threaded else None
-    threads = getattr(threads, "ufunc", threads)
+    serial, ufunc_now = _numba_objects(compiled, plan, threaded, unwrap=True)  # (DUFunc: its np.ufunc)
     signature = plan.loop.compiled.types
     shape, dtype = plan.out_shapes[0], plan.result_dtype
     transposed = plan.order == "F" and len(shape) > 1
@@ -732,7 +742,7 @@ def _numba_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bo
     def compute(runs: _LoopRuns, inputs: list[Any], out: np.ndarray) -> None:
         for i, cast in scalars:
             inputs[i] = cast(inputs[i])
-        ufunc = threads if threads is not None and (not fpflags.ENABLED or ignoring_all()) else serial
+        ufunc = ufunc_now()
         # The casts were checked by dispatch against the caller's ``casting=``.
         runs.run(lambda: ufunc(*inputs, out=out, casting="unsafe", signature=signature), inputs)
 
@@ -787,9 +797,7 @@ def _c_contiguous(a: Arg) -> bool:
 
 
 def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
-    serial = compiled.numba_object(serial=True, loop=plan.loop.compiled)
-    # (Numba's parallel gufunc: only for calls whose every kind is ignored, as in _numba_ufunc)
-    threads = compiled.numba_object(loop=plan.loop.compiled) if threaded else None
+    serial, ufunc_now = _numba_objects(compiled, plan, threaded, unwrap=False)
     loop, loop_shape = plan.loop.compiled, plan.loop_shape
     rows = max(1, BLOCK_ELEMENTS // max(1, *(math.prod(s[len(loop_shape):]) for s in plan.out_shapes)))
 
@@ -805,8 +813,7 @@ def _numba_gufunc(compiled: CpuKernel, plan: Plan, threaded: bool) -> Executor:
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         runs = _LoopRuns(rerun, cores)
-        ufunc = threads if threads is not None and (not fpflags.ENABLED or ignoring_all()) else serial
-        results = produce(runs, ufunc, inputs, outs, where)
+        results = produce(runs, ufunc_now(), inputs, outs, where)
         runs.report(compiled.spec.name)
         return results
 

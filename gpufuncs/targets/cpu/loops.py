@@ -39,6 +39,7 @@ from typing import Any
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import prange, types
 from numba.core import errors
 from numba.extending import intrinsic, overload
@@ -487,8 +488,6 @@ def _special_bit(builder: Any, value: Any, numba_type: Any, finite_too: bool) ->
     """``i1``: whether ``value`` is NaN (or, with ``finite_too``, not finite), tested on its bits:
     integer instructions, which raise no floating-point flag (an ordered vector compare of a
     NaN raises 'invalid')."""
-    from llvmlite import ir
-
     if isinstance(numba_type, types.Complex):
         part = numba_type.underlying_float
         return builder.or_(_special_bit(builder, builder.extract_value(value, 0), part, finite_too),
@@ -502,8 +501,6 @@ def _special_bit(builder: Any, value: Any, numba_type: Any, finite_too: bool) ->
 
 
 def _any_special(builder: Any, values: Any, value_types: Any, finite_too: bool) -> Any:
-    from llvmlite import ir
-
     found = ir.Constant(ir.IntType(1), 0)
     for k, t in enumerate(value_types):
         found = builder.or_(found, _special_bit(builder, builder.extract_value(values, k), t, finite_too))
