@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import gpufuncs as gf
-from gpufuncs.targets.cpu import loops, vecmath
+from gpufuncs.targets.cpu import _broadcast_rows, loops, vecmath
 
 DTYPES = (np.float32, np.float64)
 
@@ -196,3 +196,122 @@ def test_a_gufunc_input_inside_its_out_is_read_before_writing(target):
         expected = np.where(where[:, None], gf.hermite_norm(x.copy(), 6, target=target), out)
         gf.hermite_norm(x, 6, out=out, where=where if masks else True, target=target)
         np.testing.assert_array_equal(out, expected)
+
+
+# -- broadcast calls: the rows loops ------------------------------------------------------------------
+#: Shapes of (x, mu, sigma) that broadcast, each array C-contiguous over its own shape: an outer
+#: product, a row and a column of parameters, three dimensions, a loop of one dimension.
+BROADCASTS = [
+    ((300, 1), (1, 200), ()),
+    ((300, 200), (200,), (300, 1)),
+    ((4, 30, 50), (30, 1), (1, 1, 50)),
+    ((6, 1, 5), (1, 7, 1), (5,)),
+    ((1,), (1000,), (1, 1)),
+]
+
+
+def _broadcast_args(shapes, rng):
+    x, mu, sigma = (rng.normal(size=s) for s in shapes)
+    return x, mu, np.abs(sigma) + 0.25
+
+
+def _runs_rows(kernel, *args, **kwargs):
+    """Whether the call takes the rows loops (its plan, as the target decides from it)."""
+    return _broadcast_rows(kernel.spec.executed, kernel.resolve(*args, **kwargs).plan) is not None
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+@pytest.mark.parametrize("shapes", BROADCASTS, ids=str)
+def test_broadcast_calls_run_the_rows_loops_with_the_numba_ufuncs_values(shapes, target):
+    """Arrays that broadcast against each other run the rows loops (not NumPy's iterator over
+    Numba's ufunc, which does not vectorize them), with the values of Numba's own ufunc on the
+    same arguments, bit for bit, and of NumPy's expression within rounding."""
+    rng = np.random.default_rng(3)
+    x, mu, sigma = _broadcast_args(shapes, rng)
+    assert _runs_rows(gf.gaussian, x, mu, sigma, target=target)
+    expected = gf.get("gaussian", target="cpu")(x, mu, sigma)
+    got = gf.gaussian(x, mu, sigma, target=target)
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_allclose(got, np.exp(-0.5 * ((x - mu) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi)),
+                               rtol=1e-14)
+    out = np.full(expected.shape, np.nan)
+    assert gf.gaussian(x, mu, sigma, out=out, target=target) is out
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_a_broadcast_input_inside_its_out_is_read_before_writing(target):
+    """x, a column in the memory that ``out=`` covers (and beyond it): the result is that of
+    the same call on a copy of x, and no byte outside ``out`` changes."""
+    rng = np.random.default_rng(4)
+    memory = rng.normal(size=70_000)
+    before = memory.copy()
+    out = memory[100:60_100].reshape(300, 200)
+    x, mu = memory[:300].reshape(300, 1), rng.normal(size=200)
+    assert _runs_rows(gf.gaussian, x, mu, 0.5, out=out, target=target)
+    expected = gf.gaussian(x.copy(), mu, 0.5, target=target)
+    gf.gaussian(x, mu, 0.5, out=out, target=target)
+    np.testing.assert_array_equal(out, expected)
+    outside = np.ones(memory.size, bool)
+    outside[100:60_100] = False
+    np.testing.assert_array_equal(memory[outside], before[outside])
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_broadcast_rows_loops_vectorize(target):
+    """Each row is a flat loop of its own, the column's value read once per row: the loop holds
+    vector instructions and no scalar libm exp (compiled afresh: cached code has no IR)."""
+    compiled = gf.gaussian.compiled("cpu")
+    declared = gf.gaussian.spec.loop_for(np.dtype(np.float64))
+    compiled.inline(declared)
+    casts = tuple(d.type for d in declared.inputs)
+    serial, parallel = loops.rows_loops(compiled.scalar(), casts, (True, False, True), None)
+    loop = serial if target == "cpu" else parallel
+    x, mu, out = np.linspace(-3, 3, 300).reshape(300, 1), np.linspace(-1, 1, 200), np.empty((300, 200))
+    shape, steps = np.array([300, 200]), np.array([[1, 0, 0]])
+    loop(out, shape, steps, x, mu, 0.5)
+    np.testing.assert_array_equal(out, gf.get("gaussian", target="cpu")(x, mu, 0.5))
+    ir = loop.inspect_llvm(loop.signatures[0])
+    assert re.search(r"<\d+ x double>", ir), "no vector instructions"
+    assert not re.search(r"call \w+ @(exp|llvm\.exp\.f)", ir), "a scalar libm exp is left"
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_broadcast_calls_report_floating_point_errors_as_numpy(restore_registry, target):
+    """The rows loops' status goes through NumPy's error handling as the flat loops' does:
+    overflow where NumPy's expression overflows, and nothing for a NaN argument (which IEEE
+    arithmetic passes through silently, and vector compares would flag)."""
+    @gf.ufunc(signatures=["float64(float64, float64)"], reference=lambda a, b: np.exp(a * b),
+              name="exp_product")
+    def exp_product(a, b):
+        return math.exp(a * b)
+
+    a, b = np.linspace(-30, 30, 301).reshape(301, 1), np.linspace(-30, 30, 50)
+    assert _runs_rows(exp_product, a, b, target=target)
+    with pytest.raises(FloatingPointError, match="overflow"), np.errstate(over="raise"):
+        exp_product(a, b, target=target)
+    a[7, 0] = np.nan
+    small = b / 100
+    with np.errstate(all="raise"):
+        got = exp_product(a, small, target=target)
+    with np.errstate(all="raise"):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(np.exp(a * small)))
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_a_kernel_raising_on_a_broadcast_call_raises_its_own_exception(restore_registry, target):
+    """A kernel that can raise runs its rows serially on ``parallel`` (Numba's threads lose an
+    exception): the caller gets the kernel's own exception, as on ``cpu``."""
+    @gf.ufunc(signatures=["float64(float64, float64)"], reference=lambda a, b: np.sqrt(a * b),
+              name="checked_root")
+    def checked_root(a, b):
+        if a * b < 0:
+            raise ValueError("negative product")
+        return math.sqrt(a * b)
+
+    a, b = np.linspace(0, 1, 200).reshape(200, 1), np.linspace(0, 1, 300)
+    np.testing.assert_array_equal(checked_root(a, b, target=target), np.sqrt(a * b))
+    b[150] = -1.0
+    assert _runs_rows(checked_root, a, b, target=target)
+    with pytest.raises(ValueError, match="negative product"):
+        checked_root(a, b, target=target)

@@ -79,9 +79,9 @@ else:
     from numba import cuda
 
     import gpufuncs as gf
+    from gpufuncs.targets.base import collapse
     from gpufuncs.targets.cuda import host
     from gpufuncs.targets.cuda.arrays import stream_handle
-    from gpufuncs.targets.cuda.launch import collapse
 
     class HostCAI:
         """A ``__cuda_array_interface__`` object over host memory (the simulator's device memory)."""

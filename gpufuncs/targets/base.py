@@ -142,6 +142,25 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def collapse(shape: tuple[int, ...],
+             strides: list[list[int]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Drop unit dimensions and merge adjacent ones that every operand steps through evenly."""
+    keep = [d for d, n in enumerate(shape) if n != 1]
+    if not keep:
+        return (), [() for _ in strides]
+    last = keep[-1]
+    merged_shape = [shape[last]]
+    merged = [[s[last]] for s in strides]
+    for d in reversed(keep[:-1]):
+        if all(s[d] == m[0] * merged_shape[0] for s, m in zip(strides, merged)):
+            merged_shape[0] *= shape[d]
+        else:
+            merged_shape.insert(0, shape[d])
+            for s, m in zip(strides, merged):
+                m.insert(0, s[d])
+    return tuple(merged_shape), [tuple(m) for m in merged]
+
+
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, order: str = "C") -> bool:
     """Whether an array of ``shape`` and byte ``strides`` is contiguous in ``order`` ('C'/'F')."""
     if order == "F":

@@ -1,15 +1,17 @@
 """The ``cpu`` and ``parallel`` targets: flat loops for the common case, Numba ufuncs for the rest.
 
-For each validated call signature :meth:`CpuTarget.prepare` picks one of two executors:
+For each validated call signature :meth:`CpuTarget.prepare` picks one of three executors:
 
 * **flat**: every array is contiguous with the loop's shape (and ``out=`` too), scalars are
   passed by value; the kernel runs in a plain ``@njit`` loop (:mod:`.loops`) that LLVM vectorizes,
   split into chunks over Numba's threads on ``parallel``;
-* **numba**: anything else (broadcast arrays, strides, float16, subclasses, masks that
-  broadcast) runs through the Numba ``@vectorize`` / ``@guvectorize`` object, a real
-  :class:`numpy.ufunc`, whose NumPy machinery does the broadcasting, strides and casts in C.
+* **rows**: an elementwise call whose arrays broadcast against each other, each contiguous over
+  its own shape, runs the same loop over each row of the result (:func:`.loops.rows_loops`);
+* **numba**: anything else (strides, float16, subclasses, masks that broadcast) runs through
+  the Numba ``@vectorize`` / ``@guvectorize`` object, a real :class:`numpy.ufunc`, whose NumPy
+  machinery does the broadcasting, strides and casts in C.
 
-Both compute with the same compiled scalar function, so results agree bit for bit.
+All compute with the same compiled scalar function, so results agree bit for bit.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from ..base import (
     Plan,
     Target,
     bounds_checked,
+    c_strides,
     casts_scalar,
+    collapse,
     compiling,
     copy_cast,
     is_contiguous,
@@ -216,6 +220,14 @@ class CpuKernel:
 
         return self._made((loop.signature, wide), loop, build)
 
+    def rows(self, loop: Loop, constant: tuple[bool, ...], wide: bool) -> tuple[Any, Any]:
+        """The broadcast loops of the declared elementwise ``loop`` for inputs of which those
+        marked in ``constant`` are the same along a row (see :func:`.loops.rows_loops`)."""
+        def build(scalar: Any, casts: tuple[Any, ...], key: str | None, inline: Callable[[], None]) -> Any:
+            return loops.rows_loops(scalar, casts, constant, key, wide, inline)
+
+        return self._made((loop.signature, ("rows", constant, wide)), loop, build)
+
     def refining(self, loop: Loop) -> tuple[tuple[Any, Any], ...]:
         """The refinement loops of the declared elementwise ``loop`` (see
         :func:`.loops.refining_loops`), made on first use (a call on data with NaN whose flags
@@ -332,6 +344,9 @@ def _executor(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool)
         make = _flat_ufunc if spec.layout is None else _flat_gufunc
         return make(spec, compiled, plan, order, threaded)
     if spec.layout is None:
+        rows = _broadcast_rows(spec, plan)
+        if rows is not None:
+            return _rows_ufunc(spec, compiled, plan, rows, threaded)
         return _numba_ufunc(spec, compiled, plan, threaded)
     return _numba_gufunc(compiled, plan, threaded)
 
@@ -384,6 +399,69 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
         if a.shape != shape or not is_contiguous(a.shape, a.strides, a.dtype.itemsize, order):
             return None
     return order
+
+
+#: A broadcast call as the rows loops take it: which inputs are the same along a row, the
+#: collapsed loop shape, and each input's element steps over the outer dimensions.
+Rows = tuple[tuple[bool, ...], np.ndarray, np.ndarray]
+
+
+def _broadcast_rows(spec: KernelSpec, plan: Plan) -> Rows | None:
+    """How an elementwise call runs on the rows loops (:func:`.loops.rows_loops`), or ``None``:
+    every input array of the loop's dtype and C-contiguous over its own shape (broadcasting
+    against the others), one output of the loop's shape, C-contiguous, no ``where=``; after
+    merging the dimensions every operand steps through evenly, each input steps by 1 or 0
+    along the last one. Everything it reads is in the call signature."""
+    if spec.layout is not None or spec.tuple_results or plan.where is not None or plan.size == 0:
+        return None
+    shape = plan.loop_shape
+    if plan.loop.runs is not None or (plan.outs is None and plan.order == "F" and len(shape) > 1):
+        return None
+    steps = []  # each input's element steps over the loop's dimensions (0: the same along it)
+    for a, dtype in zip(plan.inputs, plan.loop.inputs):
+        if _is_scalar(a):
+            if _complex_scalar(a) and dtype.kind != "c":
+                return None  # cast by NumPy's rules on the general path
+            steps.append([0] * len(shape))
+            continue
+        if not _native_array(a) or a.dtype != dtype or not _c_contiguous(a):
+            return None
+        own = c_strides(a.shape, 1)
+        steps.append([0] * (len(shape) - len(a.shape)) + [0 if n == 1 else s for n, s in zip(a.shape, own)])
+    for o in plan.outs or ():
+        if not _native_array(o) or o.dtype != plan.result_dtype or o.shape != shape or not _c_contiguous(o):
+            return None
+    merged, strides = collapse(shape, [*steps, list(c_strides(shape, 1))])
+    if not merged or any(s[-1] not in (0, 1) for s in strides):
+        return None
+    outer = np.array([s[:-1] for s in strides[:-1]], np.int64).reshape(len(steps), len(merged) - 1)
+    return tuple(s[-1] == 0 for s in strides[:-1]), np.array(merged, np.int64), np.ascontiguousarray(outer.T)
+
+
+def _rows_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, rows: Rows, threaded: bool) -> Executor:
+    """The executor of a broadcast call (:func:`_broadcast_rows`): the rows loops; threaded
+    only for kernels that cannot raise (see :func:`_raises_from_threads`)."""
+    constant, merged, steps = rows
+    serial, parallel = compiled.rows(plan.loop, constant, wide=threaded or plan.size >= loops.WIDE_MIN)
+    shape, dtype = plan.out_shapes[0], plan.result_dtype
+    argtypes = (_array_type(dtype, len(shape)), _array_type(merged.dtype, 1), _array_type(steps.dtype, 2),
+                _numba_args(plan))
+    run = compiled.compile_loop(parallel if threaded else serial, argtypes)
+    ints, cores, signature = _int_scalars(plan), (0,) * spec.nin, plan.loop.compiled.types
+
+    def rerun(inputs: tuple[Any, ...]) -> int:  # (NumPy's bits: the inputs broadcast whole)
+        ufunc = compiled.numba_object(serial=True, loop=plan.loop.compiled).ufunc
+        return fpflags.numpy_status(lambda: ufunc(*inputs, casting="unsafe", signature=signature))
+
+    def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
+        args = tuple(_loop_args(inputs, outs, ints))
+        out = np.empty(shape, dtype) if outs is None else outs[0]
+        raw = run(out, merged, steps, args)
+        if raw:
+            report(fpflags.TO_NUMPY[raw], spec.name, lambda s: fpflags.refine(rerun, args, cores, s))
+        return (out,) if outs is None else outs
+
+    return execute
 
 
 def _numba_args(plan: Plan) -> Any:

@@ -475,6 +475,124 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
     return serial, jit(masked), jit(parallel, parallel=True)
 
 
+# -- broadcast loops ---------------------------------------------------------------------------------
+def _row_values(constant: tuple[bool, ...]) -> Any:
+    """An intrinsic ``values(args, offsets, width)``: the arguments of one row of a broadcast
+    loop. Array ``k`` (1-D, flattened) gives the view ``a[offsets[k]:offsets[k] + width]``,
+    or, where ``constant[k]`` (its value is the same along the row), the value
+    ``a[offsets[k]]``; scalars are given as they are. What is constant along a row is part of
+    the code (a value, not an array with a step of 0: the row's loop then vectorizes as a flat
+    loop does), so each pattern of ``constant`` is an intrinsic of its own."""
+
+    @intrinsic
+    def values(typingctx, args, offsets, width):
+        at = typingctx.resolve_function_type(operator.getitem, (offsets, types.intp), {})
+        picks = []  # per argument: (getitem signature, whether by value), or None (a scalar)
+        for a, by_value in zip(args.types, constant):
+            if not isinstance(a, types.Array):
+                picks.append(None)
+            else:
+                index = types.intp if by_value else types.slice2_type
+                picks.append((typingctx.resolve_function_type(operator.getitem, (a, index), {}), by_value))
+
+        def codegen(context, builder, sig, llargs):
+            arguments, offsets_value, width_value = llargs
+            width_value = context.cast(builder, width_value, sig.args[2], types.intp)
+            made = []
+            for k, (given, pick) in enumerate(zip(args.types, picks)):
+                value = builder.extract_value(arguments, k)
+                if pick is None:
+                    context.nrt.incref(builder, given, value)  # (the tuple is a new reference)
+                    made.append(value)
+                    continue
+                got, by_value = pick
+                offset = context.get_function(operator.getitem, at)(
+                    builder, (offsets_value, context.get_constant(types.intp, k)))
+                offset = context.cast(builder, offset, at.return_type, types.intp)
+                if not by_value:
+                    bounds = context.make_helper(builder, types.slice2_type)
+                    bounds.start, bounds.stop = offset, builder.add(offset, width_value)
+                    bounds.step = context.get_constant(types.intp, 1)
+                    offset = bounds._getvalue()
+                made.append(context.get_function(operator.getitem, got)(builder, (value, offset)))
+            return context.make_tuple(builder, sig.return_type, made)
+
+        returned = [a if pick is None else pick[0].return_type for a, pick in zip(args.types, picks)]
+        return types.Tuple(returned)(args, offsets, width), codegen
+
+    return values
+
+
+def rows_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], constant: tuple[bool, ...],
+               key: str | None, wide: bool = True,
+               before_compile: Callable[[], None] | None = None) -> tuple[Any, Any]:
+    """``(serial, parallel)`` loops of an elementwise kernel over inputs that broadcast against
+    the output, each C-contiguous over its own shape (``x[:, None]`` against ``mu[None, :]``,
+    an array against a row of parameters): NumPy's ufunc machinery hands Numba's loop such
+    operands with steps of 0, a loop LLVM does not vectorize (7x the flat loop's time).
+
+    ``serial(out, shape, steps, *args)``: ``out`` is C-contiguous of the loop's shape, seen as
+    rows of ``shape[-1]`` elements (``shape``: the loop's shape with the dimensions that every
+    operand steps through evenly merged, see :func:`.base.collapse`); input ``k`` (flattened)
+    starts row ``r`` at the element ``sum(index[d] * steps[d, k])`` (``index``: ``r``'s
+    position over ``shape[:-1]``) and steps by 1 along it, or by 0 where ``constant[k]``: then
+    its value is read once per row. Each row is a flat loop of its own (:func:`_row_values`).
+    ``parallel`` splits the rows into chunks over Numba's threads; it is for kernels that
+    cannot raise (:func:`may_raise`). Both return the floating-point status, as the flat
+    loops' do."""
+    vectors = wide_vectors if wide else default_vectors
+    values = _row_values(constant)
+    pattern = "".join("v" if c else "r" for c in constant)
+    key = None if key is None else f"{key}:rows:{pattern}" + ("" if wide else ":narrow")
+
+    @numba.njit(**options())
+    def rows_of(out, shape, steps, lo, hi, args):  # rows lo:hi, their status
+        vectors()
+        clear_status()
+        width, outer = shape[shape.size - 1], shape.size - 1
+        index = np.empty(outer, np.int64)
+        offsets = np.zeros(steps.shape[1], np.int64)
+        rest = lo
+        for d in range(outer - 1, -1, -1):  # row lo's position
+            index[d] = rest % shape[d]
+            rest //= shape[d]
+            for k in range(offsets.size):
+                offsets[k] += index[d] * steps[d, k]
+        for r in range(lo, hi):
+            row = values(args, offsets, width)
+            dest = out[r * width:(r + 1) * width]  # (indices from 0: known not negative)
+            for j in range(width):
+                dest[j] = scalar(*elements(row, j, cast))
+            d = outer - 1
+            while d >= 0:  # the next row's position, innermost dimension first
+                index[d] += 1
+                for k in range(offsets.size):
+                    offsets[k] += steps[d, k]
+                if index[d] < shape[d]:
+                    break
+                for k in range(offsets.size):
+                    offsets[k] -= steps[d, k] * shape[d]
+                index[d] = 0
+                d -= 1
+        return read_status()
+
+    def serial(out, shape, steps, *args):
+        out, args = flat(out), flat(args)
+        return rows_of(out, shape, steps, 0, out.size // shape[shape.size - 1], args)
+
+    def parallel(out, shape, steps, *args):
+        out, args = flat(out), flat(args)
+        width = shape[shape.size - 1]
+        n = out.size // width
+        pieces = chunks(n, width)
+        status = np.zeros(pieces, np.int64)
+        for c in prange(pieces):
+            status[c] = rows_of(out, shape, steps, c * n // pieces, (c + 1) * n // pieces, args)
+        return combined(status, -1)
+
+    return _jit(serial, key, before_compile), _jit(parallel, key, before_compile, parallel=True)
+
+
 # -- refinement loops (see fpflags.refine) ----------------------------------------------------------
 #: Elements a refinement loop computes between two reads of the status: its scratch output (kept
 #: in cache) and how soon it stops once every flag it looks for is confirmed.

@@ -21,7 +21,7 @@ from numba.core import types
 from numba.np.numpy_support import from_dtype
 
 from ...spec import Loop
-from ..base import c_strides
+from ..base import c_strides, collapse
 from . import fpflags
 from .compat import SimCore, SimPointer
 from .runtime import BLOCK, Runtime
@@ -235,25 +235,6 @@ def _loop_strides(op: Layout, ndim: int) -> list[int]:
         else:
             strides.append(s // item)
     return strides
-
-
-def collapse(shape: tuple[int, ...],
-             strides: list[list[int]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    """Drop unit dimensions and merge adjacent ones that every operand steps through evenly."""
-    keep = [d for d, n in enumerate(shape) if n != 1]
-    if not keep:
-        return (), [() for _ in strides]
-    last = keep[-1]
-    merged_shape = [shape[last]]
-    merged = [[s[last]] for s in strides]
-    for d in reversed(keep[:-1]):
-        if all(s[d] == m[0] * merged_shape[0] for s, m in zip(strides, merged)):
-            merged_shape[0] *= shape[d]
-        else:
-            merged_shape.insert(0, shape[d])
-            for s, m in zip(strides, merged):
-                m.insert(0, s[d])
-    return tuple(merged_shape), [tuple(m) for m in merged]
 
 
 def _indexing(operands: list[Layout],
