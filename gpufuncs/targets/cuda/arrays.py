@@ -180,11 +180,13 @@ def _cupy_allocator(storage: tuple[int, ...], dtype: np.dtype, back: tuple[int, 
     nbytes = math.prod(storage) * dtype.itemsize
     allocate_on = runtime.cupy_allocator(nbytes)
 
-    alloc, size, switching = cupy.cuda.alloc, max(nbytes, 1), runtime.switching
+    alloc, size = cupy.cuda.alloc, max(nbytes, 1)
 
     def allocate(like: Any, handle: int, current: bool) -> tuple[Any, int]:
-        # The common call inline (CuPy's current stream, one GPU): two frames less of ~10 us.
-        if current and not switching:
+        # The common call inline (CuPy's current stream): two frames less of ~10 us. The
+        # executors run with the device's context current (Runtime.guarded), which makes it
+        # CuPy's current device, whose pool ``alloc`` takes from.
+        if current:
             memory = alloc(size)
             return memory, memory.ptr
         return allocate_on(handle, current)

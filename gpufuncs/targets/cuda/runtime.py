@@ -303,6 +303,8 @@ class Runtime:
         as it would have)."""
         drv = self._driver
         err, previous = drv.cuCtxGetCurrent()
+        if not err and int(previous):
+            self.bound.context = True  # this thread has a context (see guarded)
         if err or int(previous) == self._context_id:
             # err: no usable driver here (a forked child): the work itself reports why.
             return None
@@ -327,18 +329,45 @@ class Runtime:
 
     def guarded(self, execute: Callable[..., Any]) -> Callable[..., Any]:
         """``execute`` run in this device's context (several GPUs), or ``execute`` itself: with
-        one GPU the context is bound once per thread and a call pays nothing for devices."""
+        one GPU the context is bound once per thread and a call pays nothing for devices.
+
+        With several, a call whose thread is on this device already (see :meth:`on_device`)
+        runs as it is; others make the context current and put the caller's back. The
+        executor's ``single`` entry (see ``device._single``) is guarded the same way."""
         if not self.switching:
             return execute
-        activate, restore = self.activate, self.restore
+        activate, restore, on_device = self.activate, self.restore, self.on_device()
 
-        def in_context(*args: Any) -> Any:
-            previous = activate()
-            try:
-                return execute(*args)
-            finally:
-                restore(previous)
-        return in_context
+        def guard(run: Callable[..., Any]) -> Callable[..., Any]:
+            def in_context(*args: Any) -> Any:
+                if on_device():
+                    return run(*args)
+                previous = activate()
+                try:
+                    return run(*args)
+                finally:
+                    restore(previous)
+            return in_context
+
+        guarded = guard(execute)
+        single = getattr(execute, "single", None)
+        if single is not None:
+            guarded.single = guard(single)  # type: ignore[attr-defined]
+        return guarded
+
+    def on_device(self) -> Callable[[], bool]:
+        """``on_device()``: whether this device's context is current in the calling thread,
+        told cheaply where CuPy is loaded: the runtime API's current device (CuPy's, a C call,
+        a tenth of the driver's ``cuCtxGetCurrent`` through ``cuda.bindings``) is this one, in
+        a thread seen to have a context (with none, the runtime API answers device 0). A
+        thread on another device, or a process without CuPy, answers ``False``: the caller
+        then makes the context current itself (:meth:`activate`)."""
+        if not cupy_loaded():
+            return lambda: False
+        from cupy.cuda.runtime import getDevice
+
+        ordinal, bound = self.ordinal, self.bound
+        return lambda: hasattr(bound, "context") and getDevice() == ordinal
 
     def stream(self, handle: int) -> Any:
         """The ``cuda.core`` stream for a raw ``cudaStream_t`` value (wrappers are cached)."""
