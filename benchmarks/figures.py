@@ -50,6 +50,12 @@ RATIO_TABLES = (
      "pipelined /cupy", "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
     ("types-h200x2", "int64, complex128 and two-output kernels, H200 (two-GPU machine's 32-core host, GPU 0)",
      "pipelined /cupy", "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
+    ("layouts", "broadcast and strided calls (gaussian), 2-core CI machine", "auto_ratio",
+     "NumPy's expression"),
+    ("layouts-16core", "broadcast and strided calls (gaussian), 16-core host of the GPU machine",
+     "auto_ratio", "NumPy's expression"),
+    ("layouts-h200", "broadcast and strided calls (gaussian) on CuPy arrays, H200 (one-GPU machine)",
+     "pipe_ratio", "CuPy's expression"),
     ("cpu_compose", "a kernel calling kernels, 2-core CI machine", "cpu composed/hand", "the body by hand"),
     ("gpu-h100_compose", "a kernel calling kernels, H100", "composed/hand pipe", "the body by hand"),
     ("gpu-nvidia-h200_compose", "a kernel calling kernels, H200 (two-GPU machine, GPU 0)",
@@ -138,7 +144,11 @@ What to expect, in short:
   `parallel` cuts the same loop into a few contiguous chunks per thread; `auto` picks between
   them from a crossover it learns from the caller's own calls, per kernel and dtype on the
   machine it runs on, and keeps on disk.
-  Strided and broadcast arrays run through Numba's ufunc machinery instead, which is slower.
+  Arrays that broadcast against each other, and strided views (a block of columns, a stepped
+  or reversed view, a strided `out=`), run the same loop over the rows of the result, a piece
+  at a time, each operand's piece contiguous (copied into scratch where it is not): the
+  `layouts` tables below. Mixed dtypes, float16 and `where=` with broadcasting run through
+  Numba's ufunc machinery instead, which is slower.
 - **CPU, tiny calls.** {overhead} The overhead tables compare it with calling Numba's compiled
   ufunc directly.
 - **GPU.** Device arrays stay on the device; large calls run at or near the copy bandwidth;

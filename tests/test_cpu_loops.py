@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import gpufuncs as gf
-from gpufuncs.targets.cpu import _broadcast_rows, loops, vecmath
+from gpufuncs.targets.cpu import _rows_plan, loops, vecmath
 
 DTYPES = (np.float32, np.float64)
 
@@ -198,7 +198,7 @@ def test_a_gufunc_input_inside_its_out_is_read_before_writing(target):
         np.testing.assert_array_equal(out, expected)
 
 
-# -- broadcast calls: the rows loops ------------------------------------------------------------------
+# -- broadcast and strided calls: the rows loops ---------------------------------------------------
 #: Shapes of (x, mu, sigma) that broadcast, each array C-contiguous over its own shape: an outer
 #: product, a row and a column of parameters, three dimensions, a loop of one dimension.
 BROADCASTS = [
@@ -215,14 +215,32 @@ def _broadcast_args(shapes, rng):
     return x, mu, np.abs(sigma) + 0.25
 
 
+def _strided_args(rng):
+    """Views that are not contiguous: stepped, reversed, a block of columns, a transpose."""
+    base = rng.normal(size=(60, 80))
+    return {
+        "stepped": (base.reshape(-1)[::3], 0.5, 1.5),
+        "reversed": (base.reshape(-1)[::-1], base.reshape(-1)[:4800], 2.0),
+        "columns": (base[:, 10:50], base[0, :40], np.abs(base[:, :1]) + 0.25),
+        "transposed against a column": (base.T, base[:, 0], 1.5),
+        "stepped columns": (base[::2, ::3], base[1, ::3], 0.75),
+        "F order": (np.asfortranarray(base), 0.5, np.abs(np.asfortranarray(base)) + 0.25),
+    }
+
+
 def _runs_rows(kernel, *args, **kwargs):
     """Whether the call takes the rows loops (its plan, as the target decides from it)."""
-    return _broadcast_rows(kernel.spec.executed, kernel.resolve(*args, **kwargs).plan) is not None
+    return _rows_plan(kernel.spec.executed, kernel.resolve(*args, **kwargs).plan) is not None
 
 
-@pytest.mark.parametrize("target", ["cpu", "parallel"])
-@pytest.mark.parametrize("shapes", BROADCASTS, ids=str)
-def test_broadcast_calls_run_the_rows_loops_with_the_numba_ufuncs_values(shapes, target):
+#: (target, case): every case on ``cpu``, two on ``parallel``, whose loops take about 2 s each to
+#: compile on 2 cores (one per pattern of reads and number of dimensions).
+def _on_targets(cases):
+    return [("cpu", c) for c in cases] + [("parallel", c) for c in cases[:2]]
+
+
+@pytest.mark.parametrize(("target", "shapes"), _on_targets(BROADCASTS), ids=str)
+def test_broadcast_calls_run_the_rows_loops_with_the_numba_ufuncs_values(target, shapes):
     """Arrays that broadcast against each other run the rows loops (not NumPy's iterator over
     Numba's ufunc, which does not vectorize them), with the values of Numba's own ufunc on the
     same arguments, bit for bit, and of NumPy's expression within rounding."""
@@ -237,6 +255,34 @@ def test_broadcast_calls_run_the_rows_loops_with_the_numba_ufuncs_values(shapes,
     out = np.full(expected.shape, np.nan)
     assert gf.gaussian(x, mu, sigma, out=out, target=target) is out
     np.testing.assert_array_equal(out, expected)
+
+
+STRIDED = list(_strided_args(np.random.default_rng(0)))
+
+
+@pytest.mark.parametrize(("target", "case"), _on_targets(STRIDED), ids=str)
+def test_strided_calls_run_the_rows_loops_with_the_numba_ufuncs_values(target, case):
+    """Views that are not contiguous run the rows loops (a strided row copied into scratch a
+    block at a time, rows longer than a block among them), with Numba's own ufunc's values and
+    layout; into a strided ``out=`` (stored from scratch) every element of ``out`` is written
+    and no other byte of its memory changes."""
+    x, mu, sigma = _strided_args(np.random.default_rng(5))[case]
+    assert _runs_rows(gf.gaussian, x, mu, sigma, target=target)
+    numba_ufunc = gf.get("gaussian", target="cpu")
+    expected = numba_ufunc(x, mu, sigma)
+    got = gf.gaussian(x, mu, sigma, target=target)
+    np.testing.assert_array_equal(got, expected)
+    assert got.flags.c_contiguous == expected.flags.c_contiguous
+    assert got.flags.f_contiguous == expected.flags.f_contiguous
+    memory = np.random.default_rng(6).normal(size=(2 * expected.size + 7,))
+    before = memory.copy()
+    out = memory[3:3 + 2 * expected.size:2].reshape(expected.shape)  # every other element
+    assert _runs_rows(gf.gaussian, x, mu, sigma, out=out, target=target)
+    gf.gaussian(x, mu, sigma, out=out, target=target)
+    np.testing.assert_array_equal(out, expected)
+    written = np.zeros(memory.size, bool)
+    written[3:3 + 2 * expected.size:2] = True
+    np.testing.assert_array_equal(memory[~written], before[~written])
 
 
 @pytest.mark.parametrize("target", ["cpu", "parallel"])
@@ -258,19 +304,25 @@ def test_a_broadcast_input_inside_its_out_is_read_before_writing(target):
 
 
 @pytest.mark.parametrize("target", ["cpu", "parallel"])
-def test_broadcast_rows_loops_vectorize(target):
-    """Each row is a flat loop of its own, the column's value read once per row: the loop holds
-    vector instructions and no scalar libm exp (compiled afresh: cached code has no IR)."""
+def test_rows_loops_vectorize(target):
+    """A row's pieces are contiguous, whatever the layout (copied into scratch where it is
+    not): the loop holds vector instructions and no scalar libm exp (compiled afresh: cached
+    code has no IR), and one loop serves a broadcast and a strided call."""
     compiled = gf.gaussian.compiled("cpu")
     declared = gf.gaussian.spec.loop_for(np.dtype(np.float64))
     compiled.inline(declared)
     casts = tuple(d.type for d in declared.inputs)
-    serial, parallel = loops.rows_loops(compiled.scalar(), casts, (True, False, True), None)
+    serial, parallel = loops.rows_loops(compiled.scalar(), casts, None)
     loop = serial if target == "cpu" else parallel
-    x, mu, out = np.linspace(-3, 3, 300).reshape(300, 1), np.linspace(-1, 1, 200), np.empty((300, 200))
-    shape, steps = np.array([300, 200]), np.array([[1, 0, 0]])
-    loop(out, shape, steps, x, mu, 0.5)
-    np.testing.assert_array_equal(out, gf.get("gaussian", target="cpu")(x, mu, 0.5))
+    numba_ufunc = gf.get("gaussian", target="cpu")
+    x, mu, out = np.linspace(-3, 3, 300).reshape(300, 1), np.linspace(-1, 1, 200)[None], np.empty((300, 200))
+    # bytes per row and along a row: x, mu, 0.5, out
+    loop(out, np.array([300, 200]), np.array([[8, 0, 0, 1600]]), np.array([0, 8, 0, 8]), x, mu, 0.5)
+    np.testing.assert_array_equal(out, numba_ufunc(x, mu, 0.5))
+    wide = np.linspace(-3, 3, 2 * 300 * 200).reshape(300, 400)
+    loop(out, np.array([300, 200]), np.array([[3200, 0, 0, 1600]]), np.array([16, 8, 0, 8]), wide, mu, 0.5)
+    np.testing.assert_array_equal(out, numba_ufunc(wide[:, ::2], mu, 0.5))
+    assert len(loop.signatures) == 1
     ir = loop.inspect_llvm(loop.signatures[0])
     assert re.search(r"<\d+ x double>", ir), "no vector instructions"
     assert not re.search(r"call \w+ @(exp|llvm\.exp\.f)", ir), "a scalar libm exp is left"

@@ -219,7 +219,31 @@ def copy_cast(dst: np.ndarray, src: Any, where: Any = True) -> None:
         np.copyto(dst, src, casting="unsafe", where=where)
 
 
-def read_before_write(inputs: Any, outs: tuple[Any, ...], same_is_safe: bool = True) -> Any:
+@functools.lru_cache(maxsize=1024)
+def span(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """Byte offsets ``[lo, hi)`` from an array's address that its elements occupy."""
+    if 0 in shape:
+        return 0, 0
+    lo = hi = 0
+    for n, s in zip(shape, strides):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + itemsize
+
+
+def copy_keeping_strides(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` with its very strides (gaps, steps of 0 and negative steps included): an
+    executor planned from the caller's strides reads it as it would read ``a``."""
+    lo, hi = span(a.shape, a.strides, a.dtype.itemsize)
+    copy = np.ndarray(a.shape, a.dtype, np.empty(hi - lo, np.uint8), -lo, a.strides)
+    np.copyto(copy, a, casting="no")
+    return copy
+
+
+def read_before_write(inputs: Any, outs: tuple[Any, ...], same_is_safe: bool = True,
+                      keep_strides: bool = False) -> Any:
     """``inputs`` with each host array that shares memory with an output replaced by a copy:
     NumPy's result is that of a call that reads every input before writing anything, and loops
     (and chunks) write as they go.
@@ -228,6 +252,8 @@ def read_before_write(inputs: Any, outs: tuple[Any, ...], same_is_safe: bool = T
     ``same_is_safe``: an elementwise loop reads each element before it writes it. A gufunc
     with core dimensions reads a whole row (``(n)->(n)`` reversing it) while writing it, so
     its callers pass ``same_is_safe=False``, and such an input is copied too, as NumPy does.
+    ``keep_strides``: copies with the input's strides (:func:`copy_keeping_strides`), for
+    executors planned from them; else contiguous ones.
     """
     copied = None
     for i, a in enumerate(inputs):
@@ -240,7 +266,7 @@ def read_before_write(inputs: Any, outs: tuple[Any, ...], same_is_safe: bool = T
                     continue
                 if _may_share_memory(a, o) and not (same_is_safe and _same_elements(a, o)):
                     copied = copied or list(inputs)
-                    copied[i] = a.copy()
+                    copied[i] = copy_keeping_strides(a) if keep_strides else a.copy()
                     break
     return inputs if copied is None else type(inputs)(copied)
 

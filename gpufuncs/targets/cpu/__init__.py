@@ -5,9 +5,9 @@ For each validated call signature :meth:`CpuTarget.prepare` picks one of three e
 * **flat**: every array is contiguous with the loop's shape (and ``out=`` too), scalars are
   passed by value; the kernel runs in a plain ``@njit`` loop (:mod:`.loops`) that LLVM vectorizes,
   split into chunks over Numba's threads on ``parallel``;
-* **rows**: an elementwise call whose arrays broadcast against each other, each contiguous over
-  its own shape, runs the same loop over each row of the result (:func:`.loops.rows_loops`);
-* **numba**: anything else (strides, float16, subclasses, masks that broadcast) runs through
+* **rows**: an elementwise call whose arrays broadcast or are strided runs the same loop over
+  each row of the result, a contiguous piece at a time (:func:`.loops.rows_loops`);
+* **numba**: anything else (mixed dtypes, float16, subclasses, masks that broadcast) runs through
   the Numba ``@vectorize`` / ``@guvectorize`` object, a real :class:`numpy.ufunc`, whose NumPy
   machinery does the broadcasting, strides and casts in C.
 
@@ -23,7 +23,7 @@ import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -157,12 +157,12 @@ def _scalar_argtypes(spec: KernelSpec, loop: Loop) -> tuple[Any, ...]:
                           for d, dims in zip(loop.outputs, spec.layout.outputs))
 
 
-def _array_type(dtype: np.dtype, ndim: int) -> nbtypes.Array:
+def _array_type(dtype: np.dtype, ndim: int, layout: str = "C") -> nbtypes.Array:
     """The Numba type of a C-contiguous array as the flat loops take it: *unaligned*, so that
     every load and store is valid at any address. Alignment is not part of a call signature
     (``np.frombuffer(..., offset=1)``, record fields), and on x86 the vectorized loops are the
     same instructions either way (same speed, measured on the 2-core machine)."""
-    return nbtypes.Array(from_dtype(dtype), ndim, "C", aligned=False)
+    return nbtypes.Array(from_dtype(dtype), ndim, layout, aligned=False)
 
 
 class CpuKernel:
@@ -220,13 +220,12 @@ class CpuKernel:
 
         return self._made((loop.signature, wide), loop, build)
 
-    def rows(self, loop: Loop, constant: tuple[bool, ...], wide: bool) -> tuple[Any, Any]:
-        """The broadcast loops of the declared elementwise ``loop`` for inputs of which those
-        marked in ``constant`` are the same along a row (see :func:`.loops.rows_loops`)."""
+    def rows(self, loop: Loop, wide: bool) -> tuple[Any, Any]:
+        """The rows loops of the declared elementwise ``loop`` (see :func:`.loops.rows_loops`)."""
         def build(scalar: Any, casts: tuple[Any, ...], key: str | None, inline: Callable[[], None]) -> Any:
-            return loops.rows_loops(scalar, casts, constant, key, wide, inline)
+            return loops.rows_loops(scalar, casts, key, wide, inline)
 
-        return self._made((loop.signature, ("rows", constant, wide)), loop, build)
+        return self._made((loop.signature, ("rows", wide)), loop, build)
 
     def refining(self, loop: Loop) -> tuple[tuple[Any, Any], ...]:
         """The refinement loops of the declared elementwise ``loop`` (see
@@ -344,7 +343,7 @@ def _executor(spec: KernelSpec, compiled: CpuKernel, plan: Plan, threaded: bool)
         make = _flat_ufunc if spec.layout is None else _flat_gufunc
         return make(spec, compiled, plan, order, threaded)
     if spec.layout is None:
-        rows = _broadcast_rows(spec, plan)
+        rows = _rows_plan(spec, plan)
         if rows is not None:
             return _rows_ufunc(spec, compiled, plan, rows, threaded)
         return _numba_ufunc(spec, compiled, plan, threaded)
@@ -401,52 +400,76 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
     return order
 
 
-#: A broadcast call as the rows loops take it: which inputs are the same along a row, the
-#: collapsed loop shape, and each input's element steps over the outer dimensions.
-Rows = tuple[tuple[bool, ...], np.ndarray, np.ndarray]
+class Rows(NamedTuple):
+    """A call as the rows loops take it (:func:`.loops.rows_loops`)."""
+
+    shape: np.ndarray  # the loop's shape, in the loop's order, dimensions merged
+    offsets: np.ndarray  # each operand's byte steps along the loop's other dimensions
+    steps: np.ndarray  # each operand's byte step along a row
+    order: str  # "C" or "F": the order of a new output
+    padded: tuple[tuple[int, tuple[None, ...]], ...]  # (input, index adding its missing dimensions)
 
 
-def _broadcast_rows(spec: KernelSpec, plan: Plan) -> Rows | None:
-    """How an elementwise call runs on the rows loops (:func:`.loops.rows_loops`), or ``None``:
-    every input array of the loop's dtype and C-contiguous over its own shape (broadcasting
-    against the others), one output of the loop's shape, C-contiguous, no ``where=``; after
-    merging the dimensions every operand steps through evenly, each input steps by 1 or 0
-    along the last one. Everything it reads is in the call signature."""
+def _rows_plan(spec: KernelSpec, plan: Plan) -> Rows | None:
+    """How an elementwise call runs on the rows loops, or ``None``: every input a scalar or an
+    array of the loop's dtype (any strides: broadcast, stepped, reversed, a block of columns),
+    one output of the loop's dtype none of whose elements share memory, no ``where=``. The
+    loop runs in the order of the output's strides (a row along its smallest step), its
+    dimensions merged where every operand steps through them evenly. All of it is read from
+    the call signature."""
     if spec.layout is not None or spec.tuple_results or plan.where is not None or plan.size == 0:
         return None
-    shape = plan.loop_shape
-    if plan.loop.runs is not None or (plan.outs is None and plan.order == "F" and len(shape) > 1):
+    if plan.loop.runs is not None:
         return None
-    steps = []  # each input's element steps over the loop's dimensions (0: the same along it)
-    for a, dtype in zip(plan.inputs, plan.loop.inputs):
+    shape, dtype = plan.loop_shape, plan.result_dtype
+    strides = []  # each operand's byte steps over the loop's dimensions (0: the same along it)
+    for a, loop_dtype in zip(plan.inputs, plan.loop.inputs):
         if _is_scalar(a):
-            if _complex_scalar(a) and dtype.kind != "c":
+            if _complex_scalar(a) and loop_dtype.kind != "c":
                 return None  # cast by NumPy's rules on the general path
-            steps.append([0] * len(shape))
-            continue
-        if not _native_array(a) or a.dtype != dtype or not _c_contiguous(a):
+            strides.append([0] * len(shape))
+        elif _native_array(a) and a.dtype == loop_dtype:
+            own = [0 if n == 1 else s for n, s in zip(a.shape, a.strides)]
+            strides.append([0] * (len(shape) - len(a.shape)) + own)
+        else:
             return None
-        own = c_strides(a.shape, 1)
-        steps.append([0] * (len(shape) - len(a.shape)) + [0 if n == 1 else s for n, s in zip(a.shape, own)])
-    for o in plan.outs or ():
-        if not _native_array(o) or o.dtype != plan.result_dtype or o.shape != shape or not _c_contiguous(o):
+    order = "F" if plan.order == "F" and len(shape) > 1 else "C"
+    out = c_strides(shape[::-1], dtype.itemsize)[::-1] if order == "F" else c_strides(shape, dtype.itemsize)
+    if plan.outs is not None:
+        o, order, item = plan.outs[0], "C", dtype.itemsize
+        if not (_native_array(o) and o.dtype == dtype and _distinct_elements(o.shape, o.strides, item)):
             return None
-    merged, strides = collapse(shape, [*steps, list(c_strides(shape, 1))])
-    if not merged or any(s[-1] not in (0, 1) for s in strides):
+        out = o.strides
+    dims = sorted(range(len(shape)), key=lambda d: -abs(out[d]))  # (stable: C order for ties)
+    merged, steps = collapse(tuple(shape[d] for d in dims), [[s[d] for d in dims] for s in (*strides, out)])
+    if not merged:
         return None
-    outer = np.array([s[:-1] for s in strides[:-1]], np.int64).reshape(len(steps), len(merged) - 1)
-    return tuple(s[-1] == 0 for s in strides[:-1]), np.array(merged, np.int64), np.ascontiguousarray(outer.T)
+    offsets = np.array([s[:-1] for s in steps], np.int64).reshape(len(steps), len(merged) - 1)
+    padded = tuple((i, (None,) * (len(shape) - len(a.shape))) for i, a in enumerate(plan.inputs)
+                   if a.is_array and not _is_scalar(a) and len(a.shape) < len(shape))
+    return Rows(np.array(merged, np.int64), np.ascontiguousarray(offsets.T),
+                np.array([s[-1] for s in steps], np.int64), order, padded)
+
+
+def _distinct_elements(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether no two elements of an array of ``shape`` and byte ``strides`` share memory (an
+    ``out=`` made with ``as_strided`` may repeat one: NumPy writes it in its own order)."""
+    span = itemsize
+    for n, s in sorted(((n, abs(s)) for n, s in zip(shape, strides) if n > 1), key=lambda p: p[1]):
+        if s < span:
+            return False
+        span += s * (n - 1)
+    return True
 
 
 def _rows_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, rows: Rows, threaded: bool) -> Executor:
-    """The executor of a broadcast call (:func:`_broadcast_rows`): the rows loops; threaded
-    only for kernels that cannot raise (see :func:`_raises_from_threads`)."""
-    constant, merged, steps = rows
-    serial, parallel = compiled.rows(plan.loop, constant, wide=threaded or plan.size >= loops.WIDE_MIN)
+    """The executor of a call on the rows loops (:func:`_rows_plan`); threaded only for kernels
+    that cannot raise (see :func:`_raises_from_threads`)."""
+    serial, parallel = compiled.rows(plan.loop, wide=threaded or plan.size >= loops.WIDE_MIN)
     shape, dtype = plan.out_shapes[0], plan.result_dtype
-    argtypes = (_array_type(dtype, len(shape)), _array_type(merged.dtype, 1), _array_type(steps.dtype, 2),
-                _numba_args(plan))
-    run = compiled.compile_loop(parallel if threaded else serial, argtypes)
+    tables = (_array_type(t.dtype, t.ndim) for t in (rows.shape, rows.offsets, rows.steps))
+    run = compiled.compile_loop(parallel if threaded else serial,
+                                (_array_type(dtype, len(shape), "A"), *tables, _numba_args(plan, len(shape))))
     ints, cores, signature = _int_scalars(plan), (0,) * spec.nin, plan.loop.compiled.types
 
     def rerun(inputs: tuple[Any, ...]) -> int:  # (NumPy's bits: the inputs broadcast whole)
@@ -454,9 +477,12 @@ def _rows_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, rows: Rows, t
         return fpflags.numpy_status(lambda: ufunc(*inputs, casting="unsafe", signature=signature))
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = tuple(_loop_args(inputs, outs, ints))
-        out = np.empty(shape, dtype) if outs is None else outs[0]
-        raw = run(out, merged, steps, args)
+        args = tuple(_loop_args(inputs, outs, ints, keep_strides=True))  # (planned from their strides)
+        out = np.empty(shape, dtype, order=rows.order) if outs is None else outs[0]
+        given = list(args)
+        for i, missing in rows.padded:  # (the loop takes every array with its number of dimensions)
+            given[i] = given[i][missing]
+        raw = run(out, rows.shape, rows.offsets, rows.steps, tuple(given))
         if raw:
             report(fpflags.TO_NUMPY[raw], spec.name, lambda s: fpflags.refine(rerun, args, cores, s))
         return (out,) if outs is None else outs
@@ -464,7 +490,7 @@ def _rows_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, rows: Rows, t
     return execute
 
 
-def _numba_args(plan: Plan) -> Any:
+def _numba_args(plan: Plan, ndim: int | None = None) -> Any:
     """Numba type of the flat loop's ``*args``: the tuple of inputs, as Numba's dispatcher folds
     them at call time (so that the specialization compiled here is the one the call finds).
     Python floats and ints arrive as float64 (see :func:`_int_scalars`; an integer loop's
@@ -473,7 +499,9 @@ def _numba_args(plan: Plan) -> Any:
     result = []
     for a in plan.inputs:
         if a.is_array:
-            result.append(_array_type(a.dtype, len(a.shape)))
+            # (``ndim``: every array as the rows loops take it, any layout, that many dimensions)
+            given = _array_type(a.dtype, len(a.shape)) if ndim is None else _array_type(a.dtype, ndim, "A")
+            result.append(given)
         elif a.role == SCALAR:
             result.append(_PYTHON_SCALARS.get(a.dtype, nbtypes.float64))
         else:
@@ -490,13 +518,14 @@ def _int_scalars(plan: Plan) -> list[int]:
     return [i for i, a in enumerate(plan.inputs) if a.role == SCALAR and a.dtype is int]
 
 
-def _loop_args(inputs: tuple[Any, ...], outs: Any, ints: list[int], same_is_safe: bool = True) -> list[Any]:
+def _loop_args(inputs: tuple[Any, ...], outs: Any, ints: list[int], same_is_safe: bool = True,
+               keep_strides: bool = False) -> list[Any]:
     """The inputs as a flat loop takes them: Python ints as floats, and read from a copy where
     they overlap an ``out=`` array (see :func:`.base.read_before_write`)."""
     args = list(inputs)
     for i in ints:
         args[i] = float(args[i])
-    return args if outs is None else read_before_write(args, outs, same_is_safe)
+    return args if outs is None else read_before_write(args, outs, same_is_safe, keep_strides)
 
 
 def _elementwise(plan: Plan) -> bool:

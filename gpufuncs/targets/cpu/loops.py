@@ -41,7 +41,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import prange, types
-from numba.core import errors
+from numba.core import cgutils, errors
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import populate_array
 
@@ -475,119 +475,206 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
     return serial, jit(masked), jit(parallel, parallel=True)
 
 
-# -- broadcast loops ---------------------------------------------------------------------------------
-def _row_values(constant: tuple[bool, ...]) -> Any:
-    """An intrinsic ``values(args, offsets, width)``: the arguments of one row of a broadcast
-    loop. Array ``k`` (1-D, flattened) gives the view ``a[offsets[k]:offsets[k] + width]``,
-    or, where ``constant[k]`` (its value is the same along the row), the value
-    ``a[offsets[k]]``; scalars are given as they are. What is constant along a row is part of
-    the code (a value, not an array with a step of 0: the row's loop then vectorizes as a flat
-    loop does), so each pattern of ``constant`` is an intrinsic of its own."""
+# -- rows loops: broadcast and strided calls ---------------------------------------------------------
+#: Elements of a row a rows loop computes at a time: the scratch a strided operand is copied
+#: into (16 bytes an element at most) stays in the first-level cache.
+STAGE = 1 << 10
+_SLOT = STAGE * 16
 
-    @intrinsic
-    def values(typingctx, args, offsets, width):
-        at = typingctx.resolve_function_type(operator.getitem, (offsets, types.intp), {})
-        picks = []  # per argument: (getitem signature, whether by value), or None (a scalar)
-        for a, by_value in zip(args.types, constant):
+
+def _address(context: Any, builder: Any, array_type: Any, value: Any) -> Any:
+    """The address of an array's first element, as an integer."""
+    return builder.ptrtoint(context.make_array(array_type)(context, builder, value).data, ir.IntType(64))
+
+
+def _contiguous(context: Any, builder: Any, dtype: Any, address: Any, count: Any) -> Any:
+    """A 1-D C-contiguous array of ``count`` elements of ``dtype`` at ``address`` (memory the
+    caller keeps alive: no reference counting)."""
+    row = types.Array(dtype, 1, "C", aligned=False)
+    view = context.make_array(row)(context, builder)
+    data_type = context.get_data_type(dtype)
+    populate_array(view, data=builder.inttoptr(address, data_type.as_pointer()), shape=[count],
+                   strides=[context.get_constant(types.intp, context.get_abi_sizeof(data_type))],
+                   itemsize=context.get_constant(types.intp, context.get_abi_sizeof(data_type)),
+                   meminfo=None)
+    return view._getvalue()
+
+
+def _copy(context: Any, builder: Any, dtype: Any, source: Any, step: Any, target: Any, target_step: Any,
+          count: Any) -> None:
+    """Copy ``count`` elements of ``dtype`` from ``source`` (``step`` bytes apart) to
+    ``target`` (``target_step`` bytes apart): addresses as integers, bytes as they are."""
+    pointer = context.get_data_type(dtype).as_pointer()
+    with cgutils.for_range(builder, count) as loop:
+        at = builder.add(source, builder.mul(loop.index, step))
+        to = builder.add(target, builder.mul(loop.index, target_step))
+        value = builder.load(builder.inttoptr(at, pointer), align=1)
+        builder.store(value, builder.inttoptr(to, pointer), align=1)
+
+
+def _piece_bounds(context: Any, builder: Any, sig: Any, llargs: Any, first: int) -> tuple[Any, ...]:
+    """The ``(at, steps, start, count)`` arguments of :func:`staged` and :func:`written`, as
+    LLVM values (``at``, ``steps``: the arrays' data pointers)."""
+    at, steps, start, stop = llargs[first:first + 4]
+    at_type, steps_type = sig.args[first], sig.args[first + 1]
+    start = context.cast(builder, start, sig.args[first + 2], types.intp)
+    stop = context.cast(builder, stop, sig.args[first + 3], types.intp)
+    return (context.make_array(at_type)(context, builder, at).data,
+            context.make_array(steps_type)(context, builder, steps).data, start, builder.sub(stop, start))
+
+
+def _operand(builder: Any, at: Any, steps: Any, base: Any, k: int, start: Any) -> tuple[Any, Any]:
+    """Operand ``k``'s address of element ``start`` of the current row, and its step."""
+    index = ir.Constant(ir.IntType(64), k)
+    step = builder.load(builder.gep(steps, [index]))
+    row = builder.add(base, builder.load(builder.gep(at, [index])))
+    return builder.add(row, builder.mul(start, step)), step
+
+
+@intrinsic
+def staged(typingctx, args, at, steps, start, stop, scratch):
+    """Elements ``start:stop`` of the current row of each argument of a rows loop: an array's
+    as a contiguous 1-D view, in place where its step along the row (``steps[k]`` bytes) is its
+    itemsize, else copied into slot ``k`` of ``scratch`` (bytes, :data:`_SLOT` a slot; a step
+    of 0 repeats one value); scalars as they are. The row of array ``k`` starts ``at[k]`` bytes
+    from its first element. Every array comes back contiguous, whatever the layout: the piece's
+    loop vectorizes as a flat loop does, and one loop serves every layout."""
+    made = [types.Array(a.dtype, 1, "C", aligned=False) if isinstance(a, types.Array) else a
+            for a in args.types]
+
+    def codegen(context, builder, sig, llargs):
+        at_data, steps_data, lo, count = _piece_bounds(context, builder, sig, llargs, 1)
+        slots = _address(context, builder, sig.args[5], llargs[5])
+        values = []
+        for k, a in enumerate(args.types):
+            value = builder.extract_value(llargs[0], k)
             if not isinstance(a, types.Array):
-                picks.append(None)
-            else:
-                index = types.intp if by_value else types.slice2_type
-                picks.append((typingctx.resolve_function_type(operator.getitem, (a, index), {}), by_value))
+                context.nrt.incref(builder, a, value)  # (the tuple is a new reference)
+                values.append(value)
+                continue
+            item = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(a.dtype)))
+            source, step = _operand(builder, at_data, steps_data, _address(context, builder, a, value), k, lo)
+            slot = builder.add(slots, context.get_constant(types.intp, k * _SLOT))
+            in_place = builder.icmp_signed("==", step, item)
+            with builder.if_then(builder.not_(in_place)):
+                _copy(context, builder, a.dtype, source, step, slot, item, count)
+            piece = builder.select(in_place, source, slot)
+            values.append(_contiguous(context, builder, a.dtype, piece, count))
+        return context.make_tuple(builder, sig.return_type, values)
 
-        def codegen(context, builder, sig, llargs):
-            arguments, offsets_value, width_value = llargs
-            width_value = context.cast(builder, width_value, sig.args[2], types.intp)
-            made = []
-            for k, (given, pick) in enumerate(zip(args.types, picks)):
-                value = builder.extract_value(arguments, k)
-                if pick is None:
-                    context.nrt.incref(builder, given, value)  # (the tuple is a new reference)
-                    made.append(value)
-                    continue
-                got, by_value = pick
-                offset = context.get_function(operator.getitem, at)(
-                    builder, (offsets_value, context.get_constant(types.intp, k)))
-                offset = context.cast(builder, offset, at.return_type, types.intp)
-                if not by_value:
-                    bounds = context.make_helper(builder, types.slice2_type)
-                    bounds.start, bounds.stop = offset, builder.add(offset, width_value)
-                    bounds.step = context.get_constant(types.intp, 1)
-                    offset = bounds._getvalue()
-                made.append(context.get_function(operator.getitem, got)(builder, (value, offset)))
-            return context.make_tuple(builder, sig.return_type, made)
-
-        returned = [a if pick is None else pick[0].return_type for a, pick in zip(args.types, picks)]
-        return types.Tuple(returned)(args, offsets, width), codegen
-
-    return values
+    return types.Tuple(made)(args, at, steps, start, stop, scratch), codegen
 
 
-def rows_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], constant: tuple[bool, ...],
-               key: str | None, wide: bool = True,
+@intrinsic
+def contiguous_at(typingctx, address, count, like):
+    """A 1-D C-contiguous view of ``count`` elements of ``like``'s dtype at ``address`` (an
+    integer; memory the caller keeps alive)."""
+    def codegen(context, builder, sig, llargs):
+        address_value = context.cast(builder, llargs[0], sig.args[0], types.intp)
+        count_value = context.cast(builder, llargs[1], sig.args[1], types.intp)
+        return _contiguous(context, builder, like.dtype, address_value, count_value)
+
+    return types.Array(like.dtype, 1, "C", aligned=False)(address, count, like), codegen
+
+
+@intrinsic
+def copy_strided(typingctx, source, step, target, target_step, count, like):
+    """Copy ``count`` elements of ``like``'s dtype from address ``source`` (``step`` bytes
+    apart) to ``target`` (``target_step`` bytes apart)."""
+    def codegen(context, builder, sig, llargs):
+        values = [context.cast(builder, v, t, types.intp) for v, t in zip(llargs[:5], sig.args[:5])]
+        _copy(context, builder, like.dtype, *values[:4], values[4])
+        return context.get_dummy_value()
+
+    return types.none(source, step, target, target_step, count, like), codegen
+
+
+@intrinsic
+def address_of(typingctx, array):
+    """The address of ``array``'s first element, as a signed integer (arithmetic with the
+    loops' byte offsets stays integral)."""
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        return _address(context, builder, array, llargs[0])
+
+    return types.intp(array), codegen
+
+
+def rows_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None, wide: bool = True,
                before_compile: Callable[[], None] | None = None) -> tuple[Any, Any]:
-    """``(serial, parallel)`` loops of an elementwise kernel over inputs that broadcast against
-    the output, each C-contiguous over its own shape (``x[:, None]`` against ``mu[None, :]``,
-    an array against a row of parameters): NumPy's ufunc machinery hands Numba's loop such
-    operands with steps of 0, a loop LLVM does not vectorize (7x the flat loop's time).
+    """``(serial, parallel)`` loops of an elementwise kernel over operands of any layout: arrays
+    that broadcast (``x[:, None]`` against ``mu``), columns of a matrix, stepped and reversed
+    views, a strided ``out``. NumPy's ufunc machinery hands Numba's loop such operands with
+    steps of 0 or of any size, one inner loop at a time, a loop LLVM does not vectorize (5x to
+    7x the flat loop's time for ``gaussian``).
 
-    ``serial(out, shape, steps, *args)``: ``out`` is C-contiguous of the loop's shape, seen as
-    rows of ``shape[-1]`` elements (``shape``: the loop's shape with the dimensions that every
-    operand steps through evenly merged, see :func:`.base.collapse`); input ``k`` (flattened)
-    starts row ``r`` at the element ``sum(index[d] * steps[d, k])`` (``index``: ``r``'s
-    position over ``shape[:-1]``) and steps by 1 along it, or by 0 where ``constant[k]``: then
-    its value is read once per row. Each row is a flat loop of its own (:func:`_row_values`).
-    ``parallel`` splits the rows into chunks over Numba's threads; it is for kernels that
-    cannot raise (:func:`may_raise`). Both return the floating-point status, as the flat
-    loops' do."""
+    ``serial(out, shape, offsets, steps, *args)`` computes the loop's elements as rows: the
+    loop's shape is ``shape`` (the dimensions every operand steps through evenly merged, see
+    :func:`.base.collapse`), a row runs along its last dimension. Operand ``k`` (the inputs,
+    then ``out``) steps ``offsets[d, k]`` bytes along each other dimension ``d`` and
+    ``steps[k]`` along a row. A row runs in pieces of :data:`STAGE` elements, each operand's
+    contiguous (:func:`staged`): in place where it is, else copied into scratch first (an
+    output: computed there, stored after), so that one loop, vectorized as a flat loop is,
+    serves every layout. Arrays come with the loop's number of dimensions. ``parallel`` splits
+    the pieces into chunks over Numba's threads (no two may share an output element: the
+    caller's check); it is for kernels that cannot raise (:func:`may_raise`). Both return the
+    floating-point status, as the flat loops' do."""
     vectors = wide_vectors if wide else default_vectors
-    values = _row_values(constant)
-    pattern = "".join("v" if c else "r" for c in constant)
-    key = None if key is None else f"{key}:rows:{pattern}" + ("" if wide else ":narrow")
+    key = None if key is None else f"{key}:rows" + ("" if wide else ":narrow")
 
     @numba.njit(**options())
-    def rows_of(out, shape, steps, lo, hi, args):  # rows lo:hi, their status
+    def pieces_of(out, shape, offsets, steps, lo, hi, args):  # pieces lo:hi, their status
         vectors()
         clear_status()
-        width, outer = shape[shape.size - 1], shape.size - 1
+        width, outer, last = shape[shape.size - 1], shape.size - 1, steps.size - 1
+        per_row = (width + STAGE - 1) // STAGE
+        scratch = np.empty(last * _SLOT, np.uint8)  # a slot per input
+        results = np.empty(STAGE, out.dtype)  # a strided output's piece
+        base, item = address_of(out), out.itemsize
         index = np.empty(outer, np.int64)
-        offsets = np.zeros(steps.shape[1], np.int64)
-        rest = lo
-        for d in range(outer - 1, -1, -1):  # row lo's position
+        at = np.zeros(steps.size, np.int64)  # each operand's row, in bytes from its first element
+        rest = lo // per_row
+        for d in range(outer - 1, -1, -1):  # the first piece's row
             index[d] = rest % shape[d]
             rest //= shape[d]
-            for k in range(offsets.size):
-                offsets[k] += index[d] * steps[d, k]
-        for r in range(lo, hi):
-            row = values(args, offsets, width)
-            dest = out[r * width:(r + 1) * width]  # (indices from 0: known not negative)
-            for j in range(width):
-                dest[j] = scalar(*elements(row, j, cast))
-            d = outer - 1
+            for k in range(at.size):
+                at[k] += index[d] * offsets[d, k]
+        for p in range(lo, hi):
+            start = (p % per_row) * STAGE
+            count = min(width - start, STAGE)
+            piece = staged(args, at, steps, start, start + count, scratch)
+            target = base + at[last] + start * steps[last]
+            in_place = steps[last] == item
+            into = address_of(results)  # (read here, in the loop: Numba frees an array after its last use)
+            dest = contiguous_at(target if in_place else into, count, out)
+            for j in range(count):
+                dest[j] = scalar(*elements(piece, j, cast))
+            if not in_place:
+                copy_strided(into, item, target, steps[last], count, out)
+            d = outer - 1 if start + count == width else -1
             while d >= 0:  # the next row's position, innermost dimension first
                 index[d] += 1
-                for k in range(offsets.size):
-                    offsets[k] += steps[d, k]
+                for k in range(at.size):
+                    at[k] += offsets[d, k]
                 if index[d] < shape[d]:
                     break
-                for k in range(offsets.size):
-                    offsets[k] -= steps[d, k] * shape[d]
+                for k in range(at.size):
+                    at[k] -= offsets[d, k] * shape[d]
                 index[d] = 0
                 d -= 1
         return read_status()
 
-    def serial(out, shape, steps, *args):
-        out, args = flat(out), flat(args)
-        return rows_of(out, shape, steps, 0, out.size // shape[shape.size - 1], args)
-
-    def parallel(out, shape, steps, *args):
-        out, args = flat(out), flat(args)
+    def serial(out, shape, offsets, steps, *args):
         width = shape[shape.size - 1]
-        n = out.size // width
-        pieces = chunks(n, width)
+        n = out.size // width * ((width + STAGE - 1) // STAGE)
+        return pieces_of(out, shape, offsets, steps, 0, n, args)
+
+    def parallel(out, shape, offsets, steps, *args):
+        width = shape[shape.size - 1]
+        n = out.size // width * ((width + STAGE - 1) // STAGE)
+        pieces = chunks(n, min(width, STAGE))
         status = np.zeros(pieces, np.int64)
         for c in prange(pieces):
-            status[c] = rows_of(out, shape, steps, c * n // pieces, (c + 1) * n // pieces, args)
+            status[c] = pieces_of(out, shape, offsets, steps, c * n // pieces, (c + 1) * n // pieces, args)
         return combined(status, -1)
 
     return _jit(serial, key, before_compile), _jit(parallel, key, before_compile, parallel=True)

@@ -11,7 +11,6 @@ imported, else the target's stream-ordered pool).
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -268,17 +267,3 @@ def copy_span(address: int, lo: int, hi: int, runtime: Any, stream: Any) -> tupl
     buffer = runtime.allocate(hi - lo, stream)
     runtime.copy(address_of(buffer), address + lo, hi - lo, stream)
     return address_of(buffer) - lo, buffer
-
-
-@functools.lru_cache(maxsize=1024)
-def span(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
-    """Byte offsets ``[lo, hi)`` from an array's address that its elements occupy."""
-    if 0 in shape:
-        return 0, 0
-    lo = hi = 0
-    for n, s in zip(shape, strides):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return lo, hi + itemsize

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...spec import IDENTITY, KernelSpec
-from ..base import DEVICE, HOST, Arg, Executor, Plan, casts_scalar, copy_cast, scalar_cast
+from ..base import DEVICE, HOST, Arg, Executor, Plan, casts_scalar, copy_cast, scalar_cast, span
 from ..fpstatus import report
 from . import arrays, fpflags
 from .compile import CudaKernels
@@ -522,7 +522,7 @@ _Overlap = tuple[int, int, int, int, int, int, bool]
 
 def _overlap_pairs(layouts: list[Layout], nin: int, nout: int) -> tuple[_Overlap, ...]:
     """Every (read operand, output) pair of non-empty arrays, whose overlap a call checks."""
-    spans = [arrays.span(lay.shape, lay.strides, lay.dtype.itemsize) if lay.array else (0, 0)
+    spans = [span(lay.shape, lay.strides, lay.dtype.itemsize) if lay.array else (0, 0)
              for lay in layouts]
     outs = [k for k in range(nin, nin + nout) if spans[k][0] < spans[k][1]]
     reads = [i for i in (*range(nin), *range(nin + nout, len(layouts))) if spans[i][0] < spans[i][1]]

@@ -1,21 +1,22 @@
-"""Broadcast calls: ``gaussian`` over a grid of samples and parameters, against NumPy's expression.
+"""Broadcast and strided calls: ``gaussian`` on arrays that are not all contiguous and of one shape.
 
-``python -m benchmarks.bench_broadcast`` (host, about a minute; ``--name`` for another machine's
-file) and ``python -m benchmarks.bench_broadcast --gpu`` (needs CuPy and a GPU). The table is
+``python -m benchmarks.bench_layouts`` (host, about two minutes; ``--name`` for another machine's
+file) and ``python -m benchmarks.bench_layouts --gpu`` (needs CuPy and a GPU). The table is
 printed; ``--save`` writes the result files (``--save DIR``: into ``DIR``).
 
-Two layouts, each array C-contiguous over its own shape, float32 and float64, n = rows x columns
-elements of output:
+Four layouts, float32 and float64, n = rows x columns elements of output:
 
 - ``outer``: ``gaussian(x[:, None], mu[None, :], 0.5)``, a column of samples against a row of means;
-- ``row+column``: ``gaussian(x, mu, sigma)``, ``x`` a matrix, ``mu`` a row, ``sigma`` a column.
+- ``row+column``: ``gaussian(x, mu, sigma)``, ``x`` a matrix, ``mu`` a row, ``sigma`` a column;
+- ``columns``: ``gaussian(x[:, :c], mu, 0.5)``, a block of columns of a matrix twice as wide;
+- ``stepped``: ``gaussian(x[::2], 0.5, 1.5)``, every other element of a flat array.
 
-Host (``results/broadcast.*``): ``target`` ``cpu``, ``parallel`` and ``auto`` against NumPy's
+Host (``results/layouts.*``): ``target`` ``cpu``, ``parallel`` and ``auto`` against NumPy's
 expression of the same arguments (``ratio``: ours / NumPy's, measured interleaved, medians after
 warm-up), and Numba's own ``@vectorize`` object of the kernel called with the same arguments
 (``numba``: NumPy's iterator over its loop, what these calls ran before the rows loops).
 
-GPU (``results/broadcast-<gpu>.*``), on CuPy arrays: against CuPy's expression, one call plus a
+GPU (``results/layouts-<gpu>.*``), on CuPy arrays: against CuPy's expression, one call plus a
 stream synchronize (``sync``) and calls issued back to back for 5 ms (``pipe``).
 """
 
@@ -35,6 +36,7 @@ from .harness import host_or_gpu_main, measure, measure_pair
 #: (rows, columns) of the output: 10^4, 10^6 and 10^7 elements.
 GRIDS = ((100, 100), (1000, 1000), (2000, 5000))
 DTYPES = (np.float32, np.float64)
+LAYOUTS = ("outer", "row+column", "columns", "stepped")
 
 
 def _arguments(xp: Any, layout: str, rows: int, columns: int, dtype: type) -> tuple[Any, ...]:
@@ -45,6 +47,10 @@ def _arguments(xp: Any, layout: str, rows: int, columns: int, dtype: type) -> tu
 
     if layout == "outer":
         return draw(rows, 1), draw(1, columns), 0.5
+    if layout == "columns":
+        return draw(rows, 2 * columns)[:, :columns], draw(columns), 0.5
+    if layout == "stepped":
+        return draw(2 * rows * columns)[::2], 0.5, 1.5
     return draw(rows, columns), draw(columns), draw(rows, 1, low=0.25, high=2.0)
 
 
@@ -60,7 +66,7 @@ def numpy_gaussian(xp: Any) -> Callable[..., Any]:
 
 def _cases(xp: Any) -> list[tuple[str, type, int, tuple[Any, ...]]]:
     return [(layout, dtype, r * c, _arguments(xp, layout, r, c, dtype))
-            for layout in ("outer", "row+column") for dtype in DTYPES for r, c in GRIDS]
+            for layout in LAYOUTS for dtype in DTYPES for r, c in GRIDS]
 
 
 def host_rows() -> list[dict[str, Any]]:
@@ -106,7 +112,7 @@ def gpu_rows() -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     """Run the host (default) or GPU comparison and print it; ``--save`` writes it under
     ``benchmarks/results/``."""
-    return host_or_gpu_main("python -m benchmarks.bench_broadcast", __doc__.splitlines()[0], "broadcast",
+    return host_or_gpu_main("python -m benchmarks.bench_layouts", __doc__.splitlines()[0], "layouts",
                             host_rows, gpu_rows, argv)
 
 
