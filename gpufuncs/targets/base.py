@@ -238,7 +238,7 @@ def copy_keeping_strides(a: np.ndarray) -> np.ndarray:
     executor planned from the caller's strides reads it as it would read ``a``."""
     lo, hi = span(a.shape, a.strides, a.dtype.itemsize)
     copy = np.ndarray(a.shape, a.dtype, np.empty(hi - lo, np.uint8), -lo, a.strides)
-    np.copyto(copy, a, casting="no")
+    copy_cast(copy, a)
     return copy
 
 

@@ -303,8 +303,6 @@ class Runtime:
         as it would have)."""
         drv = self._driver
         err, previous = drv.cuCtxGetCurrent()
-        if not err and int(previous):
-            self.bound.context = True  # this thread has a context (see guarded)
         if err or int(previous) == self._context_id:
             # err: no usable driver here (a forked child): the work itself reports why.
             return None
@@ -356,18 +354,18 @@ class Runtime:
         return guarded
 
     def on_device(self) -> Callable[[], bool]:
-        """``on_device()``: whether this device's context is current in the calling thread,
-        told cheaply where CuPy is loaded: the runtime API's current device (CuPy's, a C call,
-        a tenth of the driver's ``cuCtxGetCurrent`` through ``cuda.bindings``) is this one, in
-        a thread seen to have a context (with none, the runtime API answers device 0). A
-        thread on another device, or a process without CuPy, answers ``False``: the caller
-        then makes the context current itself (:meth:`activate`)."""
+        """``on_device()``: whether this device's (primary) context is current in the calling
+        thread, told cheaply where CuPy is loaded: CuPy's ``cuCtxGetCurrent`` is a C call, a
+        fraction of ``cuda.bindings``' with its wrapped handle. Without CuPy it answers
+        ``False``: the caller then makes the context current itself (:meth:`activate`).
+        (The runtime API's current device cannot tell: a thread with no context at all is on
+        device 0 by its answer.)"""
         if not cupy_loaded():
             return lambda: False
-        from cupy.cuda.runtime import getDevice
+        from cupy.cuda import driver
 
-        ordinal, bound = self.ordinal, self.bound
-        return lambda: hasattr(bound, "context") and getDevice() == ordinal
+        current, ours = driver.ctxGetCurrent, self._context_id
+        return lambda: current() == ours
 
     def stream(self, handle: int) -> Any:
         """The ``cuda.core`` stream for a raw ``cudaStream_t`` value (wrappers are cached)."""
