@@ -67,10 +67,11 @@ def auto_host_target(auto_target: auto.AutoTarget, spec: KernelSpec, plan: Plan,
     """The target for host arrays under ``target="auto"`` (see :mod:`.auto`): ``("cpu", None)``,
     or ``("auto", executor)`` whose executor picks ``cpu`` or ``parallel`` per call from what
     ``auto_target`` learned; ``compiled(target)`` gives the kernel's compiled object for a target."""
-    if _flat_order(spec, plan) is None:
+    if _flat_order(spec, plan) is None and _rows_plan(spec, plan) is None:
         # parallel would run Numba's parallel ufunc, which splits strided work into pieces too
         # small to pay for the threads (slower than cpu at every size in this project's
-        # benchmarks before the flat loops existed); what auto learns is the flat loops' cost.
+        # benchmarks before the flat loops existed); what auto learns is the flat loops' cost,
+        # which the rows loops' follows (a row's pieces are flat loops).
         return "cpu", None
     return auto_target.choose(spec, plan, compiled)
 

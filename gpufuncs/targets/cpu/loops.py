@@ -503,13 +503,25 @@ def _contiguous(context: Any, builder: Any, dtype: Any, address: Any, count: Any
 def _copy(context: Any, builder: Any, dtype: Any, source: Any, step: Any, target: Any, target_step: Any,
           count: Any) -> None:
     """Copy ``count`` elements of ``dtype`` from ``source`` (``step`` bytes apart) to
-    ``target`` (``target_step`` bytes apart): addresses as integers, bytes as they are."""
+    ``target`` (``target_step`` bytes apart): addresses as integers, bytes as they are. Where
+    ``step`` is 0 (a value broadcast along the row), the value is read once and stored
+    ``count`` times (a loop LLVM vectorizes)."""
+    bytes_type = ir.IntType(8).as_pointer()
     pointer = context.get_data_type(dtype).as_pointer()
-    with cgutils.for_range(builder, count) as loop:
-        at = builder.add(source, builder.mul(loop.index, step))
-        to = builder.add(target, builder.mul(loop.index, target_step))
-        value = builder.load(builder.inttoptr(at, pointer), align=1)
-        builder.store(value, builder.inttoptr(to, pointer), align=1)
+    source_bytes, target_bytes = builder.inttoptr(source, bytes_type), builder.inttoptr(target, bytes_type)
+
+    def at(base: Any, index: Any, stride: Any) -> Any:
+        return builder.bitcast(builder.gep(base, [builder.mul(index, stride)]), pointer)
+
+    with builder.if_else(builder.icmp_signed("==", step, step.type(0))) as (repeated, other):
+        with repeated:
+            value = builder.load(builder.bitcast(source_bytes, pointer), align=1)
+            with cgutils.for_range(builder, count) as loop:
+                builder.store(value, at(target_bytes, loop.index, target_step), align=1)
+        with other:
+            with cgutils.for_range(builder, count) as loop:
+                value = builder.load(at(source_bytes, loop.index, step), align=1)
+                builder.store(value, at(target_bytes, loop.index, target_step), align=1)
 
 
 def _piece_bounds(context: Any, builder: Any, sig: Any, llargs: Any, first: int) -> tuple[Any, ...]:
