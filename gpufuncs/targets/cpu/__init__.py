@@ -465,7 +465,10 @@ def _distinct_elements(shape: tuple[int, ...], strides: tuple[int, ...], itemsiz
 
 def _rows_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, rows: Rows, threaded: bool) -> Executor:
     """The executor of a call on the rows loops (:func:`_rows_plan`); threaded only for kernels
-    that cannot raise (see :func:`_raises_from_threads`)."""
+    that cannot raise (see :func:`_raises_from_threads`), and for calls of at least
+    :data:`.loops.MIN_CHUNK` elements: below, the threaded loop would run one chunk, and its
+    compilation (2 to 3 s on 2 cores, per number of dimensions) would buy nothing."""
+    threaded = threaded and plan.size >= loops.MIN_CHUNK
     serial, parallel = compiled.rows(plan.loop, wide=threaded or plan.size >= loops.WIDE_MIN)
     shape, dtype = plan.out_shapes[0], plan.result_dtype
     tables = (_array_type(t.dtype, t.ndim) for t in (rows.shape, rows.offsets, rows.steps))
