@@ -216,12 +216,14 @@ def _broadcast_args(shapes, rng):
 
 
 def _strided_args(rng):
-    """Views that are not contiguous: stepped, reversed, a block of columns, a transpose."""
-    base = rng.normal(size=(60, 80))
+    """Views that are not contiguous: stepped, reversed, a block of columns, a transpose; each
+    of more than :data:`loops.MIN_CHUNK` elements (``parallel`` runs them on its threads)."""
+    base = rng.normal(size=(300, 400))
+    flat = base.reshape(-1)
     return {
-        "stepped": (base.reshape(-1)[::3], 0.5, 1.5),
-        "reversed": (base.reshape(-1)[::-1], base.reshape(-1)[:4800], 2.0),
-        "columns": (base[:, 10:50], base[0, :40], np.abs(base[:, :1]) + 0.25),
+        "stepped": (flat[::3], 0.5, 1.5),
+        "reversed": (flat[::-1], flat, 2.0),
+        "columns": (base[:, 10:110], base[0, :100], np.abs(base[:, :1]) + 0.25),
         "transposed against a column": (base.T, base[:, 0], 1.5),
         "stepped columns": (base[::2, ::3], base[1, ::3], 0.75),
         "F order": (np.asfortranarray(base), 0.5, np.abs(np.asfortranarray(base)) + 0.25),
@@ -233,13 +235,13 @@ def _runs_rows(kernel, *args, **kwargs):
     return _rows_plan(kernel.spec.executed, kernel.resolve(*args, **kwargs).plan) is not None
 
 
-#: (target, case): every case on ``cpu``, two on ``parallel``, whose loops take about 2 s each to
-#: compile on 2 cores (one per pattern of reads and number of dimensions).
-def _on_targets(cases):
-    return [("cpu", c) for c in cases] + [("parallel", c) for c in cases[:2]]
+#: (target, case): every case on ``cpu``, those in ``threaded`` on ``parallel``, whose loops take
+#: 2 to 3 s each to compile on 2 cores (one per number of dimensions).
+def _on_targets(cases, threaded):
+    return [("cpu", c) for c in cases] + [("parallel", c) for c in threaded]
 
 
-@pytest.mark.parametrize(("target", "shapes"), _on_targets(BROADCASTS), ids=str)
+@pytest.mark.parametrize(("target", "shapes"), _on_targets(BROADCASTS, BROADCASTS[:2]), ids=str)
 def test_broadcast_calls_run_the_rows_loops_with_the_numba_ufuncs_values(target, shapes):
     """Arrays that broadcast against each other run the rows loops (not NumPy's iterator over
     Numba's ufunc, which does not vectorize them), with the values of Numba's own ufunc on the
@@ -260,7 +262,7 @@ def test_broadcast_calls_run_the_rows_loops_with_the_numba_ufuncs_values(target,
 STRIDED = list(_strided_args(np.random.default_rng(0)))
 
 
-@pytest.mark.parametrize(("target", "case"), _on_targets(STRIDED), ids=str)
+@pytest.mark.parametrize(("target", "case"), _on_targets(STRIDED, ["stepped", "columns"]), ids=str)
 def test_strided_calls_run_the_rows_loops_with_the_numba_ufuncs_values(target, case):
     """Views that are not contiguous run the rows loops (a strided row copied into scratch a
     block at a time, rows longer than a block among them), with Numba's own ufunc's values and
@@ -338,7 +340,7 @@ def test_broadcast_calls_report_floating_point_errors_as_numpy(restore_registry,
     def exp_product(a, b):
         return math.exp(a * b)
 
-    a, b = np.linspace(-30, 30, 301).reshape(301, 1), np.linspace(-30, 30, 50)
+    a, b = np.linspace(-30, 30, 401).reshape(401, 1), np.linspace(-30, 30, 50)  # (threaded on parallel)
     assert _runs_rows(exp_product, a, b, target=target)
     with pytest.raises(FloatingPointError, match="overflow"), np.errstate(over="raise"):
         exp_product(a, b, target=target)
