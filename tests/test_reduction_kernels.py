@@ -242,3 +242,17 @@ def test_a_finish_in_the_one_launch_is_the_finish_applied_after(kernel, dtype):
     rtol = 1e-6 if dtype == np.float32 else 1e-13
     np.testing.assert_allclose(got.get(), kernel(x, target="cpu"), rtol=rtol)
     assert kernel(d, keepdims=True).shape == (1,)
+
+
+@pytest.mark.parametrize("shape", [(5, 1), (5, 2), (3, 1), (5,)], ids=str)
+def test_a_float64_sum_that_overflows_is_inf_as_numpys(shape):
+    """Finite values whose sum overflows: inf, with NumPy's overflow flag alone, whatever the
+    layout. The compensated lanes once computed inf - inf (NaN, and the invalid flag) where a
+    ``(5, 1)`` array added its values into one lane (found by a random example of
+    ``test_declared_reductions_agree_with_their_parts_run_eagerly``)."""
+    x = np.full(shape, 8e153)  # (its square 6.4e307: three of them overflow)
+    with np.errstate(over="ignore", invalid="raise"):
+        expected = np.sum(x * x)
+        assert expected == np.inf
+        assert l2norm.reduced(x, axis=None, target="cpu") == expected
+        assert l2norm(x, target="cpu") == np.sqrt(expected)

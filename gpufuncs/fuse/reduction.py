@@ -790,8 +790,14 @@ def lanes_add(values, lane_s, lane_e, special, zero):
             v = values[start + lane]
             s = lane_s[lane]
             t = s + v
-            back = t - s
-            lane_e[lane] += (s - (t - back)) + (v - back)
+            # A lane whose sum overflowed keeps inf and no error term: TwoSum of an infinity
+            # computes inf - inf (NaN, and the invalid flag; NumPy's sum is inf). Selects on
+            # finite stand-ins, which raise nothing and keep the loop vectorized.
+            finite_sum = _finite(t)
+            t_or_0, s_or_0 = t if finite_sum else zero, s if finite_sum else zero
+            back = t_or_0 - s_or_0
+            error = (s_or_0 - (t_or_0 - back)) + (v - back)
+            lane_e[lane] += error if finite_sum else zero
             lane_s[lane] = t
     return special
 
