@@ -481,12 +481,12 @@ def _rows_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, rows: Rows, t
         return fpflags.numpy_status(lambda: ufunc(*inputs, casting="unsafe", signature=signature))
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
-        args = tuple(_loop_args(inputs, outs, ints, keep_strides=True))  # (planned from their strides)
+        args = _loop_args(inputs, outs, ints, keep_strides=True)  # (planned from their strides)
+        for i, missing in rows.padded:  # the loop's number of dimensions (broadcasting the same)
+            args[i] = args[i][missing]
+        args = tuple(args)
         out = np.empty(shape, dtype, order=rows.order) if outs is None else outs[0]
-        given = list(args)
-        for i, missing in rows.padded:  # (the loop takes every array with its number of dimensions)
-            given[i] = given[i][missing]
-        raw = run(out, rows.shape, rows.offsets, rows.steps, tuple(given))
+        raw = run(out, rows.shape, rows.offsets, rows.steps, args)
         if raw:
             report(fpflags.TO_NUMPY[raw], spec.name, lambda s: fpflags.refine(rerun, args, cores, s))
         return (out,) if outs is None else outs

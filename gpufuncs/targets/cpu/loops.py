@@ -493,10 +493,9 @@ def _contiguous(context: Any, builder: Any, dtype: Any, address: Any, count: Any
     row = types.Array(dtype, 1, "C", aligned=False)
     view = context.make_array(row)(context, builder)
     data_type = context.get_data_type(dtype)
+    item = context.get_constant(types.intp, context.get_abi_sizeof(data_type))
     populate_array(view, data=builder.inttoptr(address, data_type.as_pointer()), shape=[count],
-                   strides=[context.get_constant(types.intp, context.get_abi_sizeof(data_type))],
-                   itemsize=context.get_constant(types.intp, context.get_abi_sizeof(data_type)),
-                   meminfo=None)
+                   strides=[item], itemsize=item, meminfo=None)
     return view._getvalue()
 
 
@@ -524,15 +523,14 @@ def _copy(context: Any, builder: Any, dtype: Any, source: Any, step: Any, target
                 builder.store(value, at(target_bytes, loop.index, target_step), align=1)
 
 
-def _piece_bounds(context: Any, builder: Any, sig: Any, llargs: Any, first: int) -> tuple[Any, ...]:
-    """The ``(at, steps, start, count)`` arguments of :func:`staged` and :func:`written`, as
-    LLVM values (``at``, ``steps``: the arrays' data pointers)."""
-    at, steps, start, stop = llargs[first:first + 4]
-    at_type, steps_type = sig.args[first], sig.args[first + 1]
-    start = context.cast(builder, start, sig.args[first + 2], types.intp)
-    stop = context.cast(builder, stop, sig.args[first + 3], types.intp)
-    return (context.make_array(at_type)(context, builder, at).data,
-            context.make_array(steps_type)(context, builder, steps).data, start, builder.sub(stop, start))
+def _piece_bounds(context: Any, builder: Any, sig: Any, llargs: Any) -> tuple[Any, ...]:
+    """:func:`staged`'s ``(at, steps, start, count)`` as LLVM values (``at``, ``steps``: the
+    arrays' data pointers)."""
+    at, steps, start, stop = llargs[1:5]
+    start = context.cast(builder, start, sig.args[3], types.intp)
+    stop = context.cast(builder, stop, sig.args[4], types.intp)
+    return (context.make_array(sig.args[1])(context, builder, at).data,
+            context.make_array(sig.args[2])(context, builder, steps).data, start, builder.sub(stop, start))
 
 
 def _operand(builder: Any, at: Any, steps: Any, base: Any, k: int, start: Any) -> tuple[Any, Any]:
@@ -555,7 +553,7 @@ def staged(typingctx, args, at, steps, start, stop, scratch):
             for a in args.types]
 
     def codegen(context, builder, sig, llargs):
-        at_data, steps_data, lo, count = _piece_bounds(context, builder, sig, llargs, 1)
+        at_data, steps_data, lo, count = _piece_bounds(context, builder, sig, llargs)
         slots = _address(context, builder, sig.args[5], llargs[5])
         values = []
         for k, a in enumerate(args.types):
@@ -611,6 +609,13 @@ def address_of(typingctx, array):
     return types.intp(array), codegen
 
 
+@numba.njit(nogil=True)
+def _pieces(size: int, shape: Any) -> int:
+    """How many pieces of :data:`STAGE` elements ``size`` elements of rows of ``shape[-1]`` make."""
+    width = shape[shape.size - 1]
+    return size // width * ((width + STAGE - 1) // STAGE)
+
+
 def rows_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | None, wide: bool = True,
                before_compile: Callable[[], None] | None = None) -> tuple[Any, Any]:
     """``(serial, parallel)`` loops of an elementwise kernel over operands of any layout: arrays
@@ -638,7 +643,7 @@ def rows_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | Non
         vectors()
         clear_status()
         width, outer, last = shape[shape.size - 1], shape.size - 1, steps.size - 1
-        per_row = (width + STAGE - 1) // STAGE
+        per_row = _pieces(width, shape)
         scratch = np.empty(last * _SLOT, np.uint8)  # a slot per input
         results = np.empty(STAGE, out.dtype)  # a strided output's piece
         base, item = address_of(out), out.itemsize
@@ -676,14 +681,11 @@ def rows_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | Non
         return read_status()
 
     def serial(out, shape, offsets, steps, *args):
-        width = shape[shape.size - 1]
-        n = out.size // width * ((width + STAGE - 1) // STAGE)
-        return pieces_of(out, shape, offsets, steps, 0, n, args)
+        return pieces_of(out, shape, offsets, steps, 0, _pieces(out.size, shape), args)
 
     def parallel(out, shape, offsets, steps, *args):
-        width = shape[shape.size - 1]
-        n = out.size // width * ((width + STAGE - 1) // STAGE)
-        pieces = chunks(n, min(width, STAGE))
+        n = _pieces(out.size, shape)
+        pieces = chunks(n, min(shape[shape.size - 1], STAGE))
         status = np.zeros(pieces, np.int64)
         for c in prange(pieces):
             status[c] = pieces_of(out, shape, offsets, steps, c * n // pieces, (c + 1) * n // pieces, args)
