@@ -1,11 +1,11 @@
 """The cuda target's own kernels and launch logic on the CUDA simulator (no GPU needed).
 
 ``NUMBA_ENABLE_CUDASIM=1`` must be set before ``numba.cuda`` is first imported, so in a normal
-run this module holds one test that runs the module again in a subprocess with the variable set
-(with the other cuda modules; `test_cuda_sim_reductions.py` runs the fused reductions' likewise);
-there the tests below run on tiny inputs. The simulator executes the very kernels of the real
-target (pointer loads, strided offsets, casts, ``where``, core views), with host memory standing
-in for device memory; Numba's own CUDA ufunc objects do not run there.
+run this module holds one test that runs the cuda tests of this module and of the other cuda
+modules again in a subprocess with the variable set; there the tests below run on tiny inputs.
+The simulator executes the very kernels of the real target (pointer loads, strided offsets,
+casts, ``where``, core views), with host memory standing in for device memory; Numba's own CUDA
+ufunc objects do not run there.
 """
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ if not SIMULATED:
 
     @pytest.mark.slow
     def test_cuda_target_on_the_simulator():
-        # (test_fuse_reduce.py, the longest on the simulator, runs from test_cuda_sim_reductions.py:
-        # a file of its own, so that CI's two workers, a file each, share the simulator's time)
         run_on_simulator(__file__, "test_multigpu.py", "test_cuda_views.py", "test_cuda_axes.py",
                          "test_types.py", "test_lazy.py", "test_several_outputs.py",
                          "test_boundscheck.py", "test_complex.py", "test_errstate.py",
-                         "test_fuse.py", "test_reduction_kernels.py")
+                         "test_fuse.py", "test_reduction_kernels.py", "test_fuse_reduce.py")
 
     def test_without_a_gpu_cuda_is_refused_with_a_reason_and_auto_stays_on_the_host():
         # Hide every GPU from a fresh process (on CI there is none anyway).
@@ -77,6 +75,9 @@ if not SIMULATED:
 
 else:
     from numba import cuda
+
+    # The cuda target's tests, run where it is available: the simulator's child selects them so.
+    pytestmark = pytest.mark.cuda
 
     import gpufuncs as gf
     from gpufuncs.targets.base import collapse
