@@ -87,6 +87,8 @@ RATIO_TABLES = (
     ("gpu-h100_loglik", "The fused reduction np.log(gaussian(x, mu, s)).sum(), float32, H100 (CuPy arrays; "
      "every ratio in one run: fused over the unfused calls, cp.sum(x) alone, torch.compile)",
      "fused/unfused sync", "the same calls unfused, call + synchronize"),
+    ("gpu-nvidia-h200_loglik", "The same fused reduction, H200 (one-GPU machine; CuPy arrays; every ratio in "
+     "one run)", "fused/unfused sync", "the same calls unfused, call + synchronize"),
     ("gpu-h100_reduce", "A user kernel's reduce (a + b, float32) on CuPy arrays, H100: one launch, against "
      "cp.sum(x), the pairwise tree of launches other device arrays take, and the norm as gf.reduction "
      "against cupy.ReductionKernel", "reduce/cp.sum sync",

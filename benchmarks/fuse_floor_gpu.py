@@ -1,0 +1,159 @@
+"""The floor of issue 31's large fused calls on the GPU: the fused chain and log-likelihood beside
+kernels written by hand with ``numba.cuda``, the same arithmetic, plainer, and with fast math.
+
+Issue 31 asks, at 10^8 float32, that the fused chain ``clamp(gaussian(x, mu, s) * w + exp(-x), 0,
+1)`` take at most 1.0x ``torch.compile``, and the fused log-likelihood ``log(gaussian(x, mu,
+s)).sum()`` at most 1.0x ``torch.compile`` and 1.5x ``cp.sum(x)``. At that size both are bound
+by the GPU's arithmetic, not by memory; this splits the time by what computes it:
+
+- ``fused``: the call (``gf.fuse``);
+- ``hand, kernels' math``: one ``numba.cuda`` kernel calling the built-in kernels' own Python
+  functions (``gaussian``'s overflow, underflow and NaN handling, ``clamp``'s NaN rule) and
+  ``math.exp``/``math.log`` (libdevice's accurate functions); the log-likelihood sums in float64
+  per thread, across a warp by shuffles and across warps by an atomic add (no compensation,
+  an order that depends on scheduling: a floor, not an answer gpufuncs may give);
+- ``hand, plain``: the same with the textbook formula (``exp(-0.5 z z) / (s sqrt(2 pi))``);
+- ``hand, fast math``: the plain one compiled with ``fastmath=True`` (approximate ``exp``,
+  ``log`` and division, as ``torch.compile``'s Triton code may use);
+- the anchors: ``torch.compile`` (default mode, after its warm-up), ``cupy.fuse`` (chain) and
+  ``cp.sum(x)`` (log-likelihood).
+
+Each time is the GPU's per call: 20 calls issued back to back between two CUDA events, median
+of 15 repetitions after warm-up (at 10^8 a call's host work hides behind the previous call's
+kernel). Diagnostic only; run on a GPU machine: ``python -m benchmarks.fuse_floor_gpu [n ...]``
+(default 10^7 and 10^8).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numba import cuda, float32, float64
+
+import gpufuncs as gf
+
+from .bench_fuse import _INV_SQRT_2PI, MU, SIGMA, W, fused_chain, log_likelihood
+
+#: Threads a block of the hand-written kernels, and blocks per multiprocessor (grid-stride loops).
+THREADS, BLOCKS_PER_SM = 256, 8
+CALLS, REPEATS = 20, 15
+
+
+def _device(pyfunc: Callable[..., Any], fastmath: bool = False) -> Any:
+    return cuda.jit(device=True, fastmath=fastmath)(pyfunc)
+
+
+def _plain_gaussian(x, mu, s):
+    z = (x - mu) / s
+    return math.exp(float32(-0.5) * z * z) * (float32(_INV_SQRT_2PI) / s)
+
+
+def _plain_clamp(v, lo, hi):
+    return min(max(v, lo), hi)
+
+
+def _chain_kernel(gaussian: Any, clamp: Any, fastmath: bool) -> Any:
+    @cuda.jit(fastmath=fastmath)
+    def chain(x, y, mu, s, w):
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        for i in range(start, x.size, stride):
+            v = x[i]
+            y[i] = clamp(gaussian(v, mu, s) * w + math.exp(-v), float32(0), float32(1))
+
+    return chain
+
+
+def _loglik_kernel(gaussian: Any, fastmath: bool) -> Any:
+    @cuda.jit(fastmath=fastmath)
+    def loglik(x, out, mu, s):
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        total = float64(0)
+        for i in range(start, x.size, stride):
+            total += float64(math.log(gaussian(x[i], mu, s)))
+        for offset in (16, 8, 4, 2, 1):
+            total += cuda.shfl_down_sync(0xFFFFFFFF, total, offset)
+        if cuda.laneid == 0:
+            cuda.atomic.add(out, 0, total)
+
+    return loglik
+
+
+def _variants() -> dict[str, tuple[Any, Any, bool]]:
+    """Per variant: the gaussian and clamp device functions, and whether it is fast math."""
+    exact_gaussian, exact_clamp = gf.gaussian.spec.pyfunc, gf.clamp.spec.pyfunc
+    return {
+        "hand, kernels' math": (_device(exact_gaussian), _device(exact_clamp), False),
+        "hand, plain": (_device(_plain_gaussian), _device(_plain_clamp), False),
+        "hand, fast math": (_device(_plain_gaussian, True), _device(_plain_clamp, True), True),
+    }
+
+
+def _cases(n: int) -> dict[str, dict[str, Callable[[], Any]]]:
+    import cupy as cp
+    import torch
+
+    x = cp.asarray(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32))
+    y, total = cp.empty_like(x), cp.zeros(1, cp.float64)
+    mu, s, w = np.float32(MU), np.float32(SIGMA), np.float32(W)
+    blocks = min(-(-n // THREADS), cuda.get_current_device().MULTIPROCESSOR_COUNT * BLOCKS_PER_SM)
+    t = torch.as_tensor(x, device="cuda")
+
+    @cp.fuse()
+    def cupy_chain(x, mu, s, w):
+        v = cp.exp(-0.5 * ((x - mu) / s) ** 2) * (_INV_SQRT_2PI / s) * w + cp.exp(-x)
+        return cp.minimum(cp.maximum(v, 0), 1)
+
+    torch_chain = torch.compile(lambda t: torch.clamp(
+        torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA * W) + torch.exp(-t), 0, 1))
+    torch_loglik = torch.compile(lambda t: torch.log(
+        torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA)).sum())
+    chain = {"fused": lambda: fused_chain(x, MU, SIGMA, W)}
+    loglik = {"fused": lambda: log_likelihood(x, MU, SIGMA)}
+    for label, (gaussian, clamp, fast) in _variants().items():
+        chain_k = _chain_kernel(gaussian, clamp, fast)[blocks, THREADS]
+        loglik_k = _loglik_kernel(gaussian, fast)[blocks, THREADS]
+        chain[label] = lambda k=chain_k: k(x, y, mu, s, w)
+        loglik[label] = lambda k=loglik_k: k(x, total, mu, s)
+    chain["torch.compile"] = lambda: torch_chain(t)
+    chain["cupy.fuse"] = lambda: cupy_chain(x, mu, s, w)
+    loglik["torch.compile"] = lambda: torch_loglik(t)
+    loglik["cp.sum(x)"] = lambda: cp.sum(x)
+    return {"chain": chain, "log-likelihood": loglik}
+
+
+def gpu_time(fn: Callable[[], Any]) -> float:
+    """Median µs of GPU time per call of ``fn``, :data:`CALLS` calls between two events."""
+    import cupy as cp
+
+    for _ in range(3):
+        fn()
+    cp.cuda.Device().synchronize()
+    start, stop, samples = cp.cuda.Event(), cp.cuda.Event(), []
+    for _ in range(REPEATS):
+        start.record()
+        for _ in range(CALLS):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / CALLS)
+    return statistics.median(samples)
+
+
+def main(argv: list[str] | None = None) -> None:
+    sizes = [int(float(a)) for a in (argv or sys.argv[1:])] or [10**7, 10**8]
+    for n in sizes:
+        for name, calls in _cases(n).items():
+            times = {label: gpu_time(fn) for label, fn in calls.items()}
+            fused = times["fused"]
+            print(f"{name}, n = {n:.0e}, float32: GPU µs per call (and the fused call over it)")
+            for label, us in times.items():
+                print(f"  {label:22s} {us:9.1f}  {fused / us:6.3f}")
+
+
+if __name__ == "__main__":
+    main()
