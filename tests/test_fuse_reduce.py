@@ -149,6 +149,8 @@ def test_infinities_and_nan_propagate_as_in_numpy():
         # an infinity in one block of many, the other blocks added in lanes (float64, complex128)
         assert f(np.r_[np.ones(300), np.inf, np.ones(50)]) == np.inf
         assert f(np.r_[np.ones(300), np.inf, np.ones(50)] * (1 + 1j)) == complex(np.inf, np.inf)
+        assert np.isnan(f(np.r_[np.ones(300), np.nan, np.ones(50)]))  # NaN in a row of lanes: quiet
+        assert np.isnan(f(np.r_[np.ones(300), np.nan, np.ones(50)] * (1 + 1j)))
         assert gf.fuse(lambda a: a.mean())(np.array([1.0, np.inf, 2.0])) == np.inf
     with pytest.warns(RuntimeWarning, match="invalid value"):  # as NumPy's own sum warns
         assert np.isnan(f(np.array([np.inf, -np.inf, 1.0])))

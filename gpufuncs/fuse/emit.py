@@ -135,8 +135,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     of its two-dimensional core, the fused value (the scalar function of the reduced symbol,
     called as an ``@njit`` helper), added into the accumulator. Its parameters are the
     ``arguments`` (a ``(m, n)`` core array where ``arrays`` says so, else a scalar) and the
-    one-element output. ``blocked``: floating sums go through a buffer of :data:`BLOCK` values
-    (host targets; a GPU thread has no such buffer and adds one value at a time).
+    one-element output. ``blocked``: the host's loops (values in blocks of :data:`BLOCK`, or
+    in lanes: see :func:`_in_lanes`); a GPU thread adds one value at a time.
     ``columns``: the body of ``(m,k)->(k)`` instead (see :func:`_columns`)."""
     acc, name = reduction.dtype, reduction.name
     mapped = numba.njit(scalar_function(trace, like, arguments, (reduction.symbol,)))
@@ -228,43 +228,53 @@ def _pairwise(acc: np.dtype, cast: str, first: str, loops: list[str]) -> list[st
             "        level += 1", "        blocks >>= 1", "    out[0] = s"]
 
 
+def _in_lanes(cast: str, first: str, loops: list[str], update: str) -> list[str]:
+    """The statements that take each row of the core as rows of :data:`.reduction.LANES`
+    values, value ``j`` of each into lane ``j`` by ``update`` (a statement of ``lane`` and the
+    value ``v``), the last, partial row into the first lanes: a loop over contiguous lanes
+    that computes the values where it combines them, which vectorizes (through a buffer of
+    values, a copy and the lanes' loads and stores per block took as long again)."""
+    step = [f"v = {cast}", update]
+    return [f"    n = {first}.shape[1]", f"    whole = n - n % {LANES}", *loops[:2],
+            f"        for j0 in range(0, whole, {LANES}):", f"            for j in range({LANES}):",
+            "                uj = t_uint64(j0 + j)", "                lane = t_uint64(j)",
+            *(f"                {line}" for line in step),
+            "        for j in range(whole, n):", "            uj = t_uint64(j)",
+            "            lane = t_uint64(j - whole)", *(f"            {line}" for line in step)]
+
+
 def _extreme_in_lanes(name: str, cast: str, first: str, loops: list[str]) -> list[str]:
-    """A host ``min`` or ``max``: the blocks (see :func:`_blocks`) taken as rows of
-    :data:`.reduction.LANES` lanes, each lane keeping its own extreme (a loop over contiguous
-    lanes, which vectorizes; one running value does not), then the lanes' extremes. NaN
-    propagates as in NumPy's (``minimum``/``maximum``)."""
+    """A host ``min`` or ``max``: each lane (see :func:`_in_lanes`) keeps its own extreme,
+    then the lanes' extremes are combined. NaN propagates as in NumPy's
+    (``minimum``/``maximum``)."""
     step = "minimum" if name == "min" else "maximum"
     return [f"    run = np.empty({LANES}, k_type)", f"    for j in range({LANES}):",
-            "        run[t_uint64(j)] = k_init", *_blocks(cast, first, loops),
-            f"            for row in range({BLOCK // LANES}):",
-            f"                start = t_uint64(row * {LANES})",
-            f"                for j in range({LANES}):", "                    lane = t_uint64(j)",
-            f"                    run[lane] = {step}(run[lane], buf[start + lane])",
+            "        run[t_uint64(j)] = k_init",
+            *_in_lanes(cast, first, loops, f"run[lane] = {step}(run[lane], v)"),
             "    s = k_init", f"    for j in range({LANES}):", f"        s = {step}(s, run[t_uint64(j)])",
             "    out[0] = s"]
 
 
-def _in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
-    """A host float64 (complex128) sum's statements: the blocks (see :func:`_blocks`) added
-    into :data:`.reduction.LANES` running compensated sums (see
-    :func:`.reduction.lanes_add`), which are added up at the end."""
+def _sum_in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
+    """A host float64 (complex128) sum's statements: the values added into
+    :data:`.reduction.LANES` running compensated sums (see :func:`_in_lanes` and
+    :func:`.reduction.lane_add`), which are added up at the end."""
     return [f"    lane_s = np.zeros({LANES}, k_type)", f"    lane_e = np.zeros({LANES}, k_type)",
-            "    special = k_init", *_blocks(cast, first, loops),
-            "            special = lanes_add(buf, lane_s, lane_e, special, k_init)",
-            "    out[0] = lanes_total(lane_s, lane_e, special, k_init)"]
+            *_in_lanes(cast, first, loops, "lane_add(lane_s, lane_e, lane, v, k_init)"),
+            "    out[0] = lanes_total(lane_s, lane_e, k_init)"]
 
 
 def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
     """A floating sum's statements: each value (or, ``blocked``, each block's sum, see
     :func:`.reduction.wide_block_sum`) added with Neumaier's compensation, real and imaginary
-    parts apart; float64 (complex128) values on the host go :func:`_in_lanes` instead. On the
+    parts apart; float64 (complex128) values on the host go :func:`_sum_in_lanes` instead. On the
     host, ``float32`` and ``complex64`` values are summed in ``float64`` (a block's plain sum
     there loses less than the compensated float32 one, and vectorizes), the total rounded once
     to the accumulation dtype."""
     part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
     wide = np.dtype(np.float64) if blocked else part  # (a GPU thread sums in the dtype itself)
     if blocked and part.itemsize == wide.itemsize:
-        return _in_lanes(cast, first, loops)
+        return _sum_in_lanes(cast, first, loops)
     parts = ("r", "i") if acc.kind == "c" else ("r",)
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:  # float32 (complex64) values, summed in float64 (complex128)

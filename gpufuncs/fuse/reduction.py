@@ -699,34 +699,13 @@ def _into(out: Any, result: Any, r: Reduction) -> Any:
 
 
 # -- compensated sums: njit helpers the reduction kernels call ----------------------------------------
-@numba.njit
-def plain_block_sum(values, m, zero):
-    """The plain sum of ``values[:m]`` in ``zero``'s type, in eight running sums combined
-    pairwise as NumPy's pairwise summation sums a block."""
-    r0 = r1 = r2 = r3 = r4 = r5 = r6 = r7 = zero
-    whole = m - m % 8
-    for j in range(0, whole, 8):
-        r0 += values[j]
-        r1 += values[j + 1]
-        r2 += values[j + 2]
-        r3 += values[j + 3]
-        r4 += values[j + 4]
-        r5 += values[j + 5]
-        r6 += values[j + 6]
-        r7 += values[j + 7]
-    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    for j in range(whole, m):
-        total += values[j]
-    return total
-
-
 @numba.njit(fastmath={"reassoc"})
 def wide_block_sum(values, m, zero):
     """The plain sum of ``values[:m]`` (``float32`` or ``complex64``) in ``zero``'s wider type,
     in the order the compiler's vector lanes give (fixed by the compiled code: the same bits
     on every run). Every value is exact in the wider type and a block is short, so the order
-    costs nothing NumPy's pairwise summation keeps; a loop in one fixed order, as
-    :func:`plain_block_sum`'s, runs at a fraction of the speed."""
+    costs nothing NumPy's pairwise summation keeps; a loop in one fixed order (eight running
+    sums, as NumPy sums a block) runs at a fraction of the speed."""
     total = zero
     for j in range(m):
         total += values[np.uint64(j)]
@@ -765,57 +744,42 @@ def compensated_total(s, c):
 BLOCK = 128
 
 
-#: Running sums of a host reduction kernel's float64 (complex128) sum: a block of
-#: :data:`BLOCK` values is added as rows of this many, each lane with Knuth's TwoSum.
+#: Running values of a host reduction kernel's float64 (complex128) sum, ``min`` and ``max``:
+#: value ``j`` of each row of this many goes into lane ``j``, a loop over contiguous lanes,
+#: which vectorizes (one running value, or eight in scalars, do not).
 LANES = 64
 
 
-@numba.njit
-def lanes_add(values, lane_s, lane_e, special, zero):
-    """Add the :data:`BLOCK` ``values`` into the running sums ``lane_s`` (value ``j`` of
-    each row of :data:`LANES` into lane ``j``) and their exact rounding errors into
-    ``lane_e``: a loop over contiguous lanes, which vectorizes, where eight running sums in
-    scalars do not. A block with a value that is not finite (an infinity, NaN) is added into
-    ``special`` instead, as NumPy sums a block (TwoSum of an infinity computes inf - inf:
-    the invalid flag), which is returned. ``zero``: of the values' type."""
-    finite = True
-    for j in range(BLOCK):  # (an "and" of comparisons: it vectorizes, and raises no flag)
-        finite &= _finite(values[np.uint64(j)])
-    if not finite:
-        return special + plain_block_sum(values, BLOCK, zero)
-    for row in range(BLOCK // LANES):
-        start = np.uint64(row * LANES)
-        for j in range(LANES):
-            lane = np.uint64(j)
-            v = values[start + lane]
-            s = lane_s[lane]
-            t = s + v
-            # A lane whose sum overflowed keeps inf and no error term: TwoSum of an infinity
-            # computes inf - inf (NaN, and the invalid flag; NumPy's sum is inf). Selects on
-            # finite stand-ins, which raise nothing and keep the loop vectorized.
-            finite_sum = _finite(t)
-            t_or_0, s_or_0 = t if finite_sum else zero, s if finite_sum else zero
-            back = t_or_0 - s_or_0
-            error = (s_or_0 - (t_or_0 - back)) + (v - back)
-            lane_e[lane] += error if finite_sum else zero
-            lane_s[lane] = t
-    return special
+@numba.njit(inline="always")
+def lane_add(lane_s, lane_e, lane, v, zero):
+    """Add ``v`` into the running sum ``lane_s[lane]``, and its exact rounding error (Knuth's
+    TwoSum) into ``lane_e[lane]``. A lane whose sum is not finite (an infinity or NaN among
+    its values, or an overflow) keeps it and no error term: TwoSum of an infinity computes
+    inf - inf (NaN, and the invalid flag, where NumPy's sum is inf). The error term is computed
+    from finite stand-ins (zeros there), chosen by selects, which raise nothing and keep the
+    loop vectorized; no infinity enters it (with one, complex128 lanes raised invalid, though
+    no operation of the source computes inf - inf). ``zero``: of ``v``'s type."""
+    s = lane_s[lane]
+    t = s + v
+    finite_sum = _finite(t)
+    t_or_0, s_or_0, v_or_0 = (t, s, v) if finite_sum else (zero, zero, zero)
+    back = t_or_0 - s_or_0
+    lane_e[lane] += (s_or_0 - (t_or_0 - back)) + (v_or_0 - back)
+    lane_s[lane] = t
 
 
 @numba.njit
-def lanes_total(lane_s, lane_e, special, zero):
-    """The sum :func:`lanes_add` kept: the lanes' sums and errors added with Neumaier's
-    compensation, or ``special`` (plus them) where a block was not finite."""
+def lanes_total(lane_s, lane_e, zero):
+    """The sum :func:`lane_add` kept: the lanes' sums and errors added with Neumaier's
+    compensation (an infinity or NaN among them is the sum, as in NumPy's)."""
     s = c = zero
     for j in range(LANES):
         s, c = compensated_add(s, c, lane_s[j])
     for j in range(LANES):
         s, c = compensated_add(s, c, lane_e[j])
-    total = compensated_total(s, c)
-    return total if _finite(special) else special + total
+    return compensated_total(s, c)
 
 
 #: The helpers by the names the reduction kernels' text uses.
 COMPENSATED = {f.py_func.__name__: f
-               for f in (compensated_add, compensated_total, plain_block_sum, wide_block_sum,
-                          lanes_add, lanes_total)}
+               for f in (compensated_add, compensated_total, wide_block_sum, lane_add, lanes_total)}
