@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import gpufuncs as gf
+from gpufuncs.targets.cpu import vecmath
 
 TARGETS = ["cpu", pytest.param("parallel", marks=pytest.mark.slow),
            pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -604,3 +607,20 @@ def test_a_call_planned_in_one_launch_reruns_only_for_arguments_like_its_own():
 
 def _host(result):
     return result.get() if hasattr(result, "get") else np.asarray(result)
+
+
+def test_host_reduction_loops_ask_for_512_bit_vectors():
+    """A fused reduction's loops are its kernel's own (rows, lanes, blocks), vectorized where
+    that kernel compiles: they ask for 512-bit vectors as the flat loops do
+    (``loops.wide_vectors``). LLVM's tuning for AVX-512 Xeons keeps loops to 256 bits otherwise:
+    under it (``NUMBA_CPU_NAME=skylake-avx512``) the fused log-likelihood of 10^5 float32 values
+    took 404 us against 117 us with the attribute (2-core machine)."""
+    f = gf.fuse(lambda x: np.log(x).sum())
+    x = np.linspace(1, 2, 1000, dtype=np.float32)
+    assert f(x, target="cpu") == pytest.approx(math.fsum(np.log(x.astype(np.float64))), rel=1e-6)
+    part = f._compiled_for((x,)).reductions[0]
+    scalar = next(iter(part._kernels.values())).compiled("cpu").scalar()
+    ir = scalar.inspect_llvm(scalar.signatures[0])
+    assert '"prefer-vector-width"="512"' in ir
+    if vecmath.has_avx512(numba.njit(lambda: None).targetctx.codegen()):
+        assert max(int(n) for n in re.findall(r"<(\d+) x float>", ir)) == 16

@@ -21,6 +21,7 @@ import numba
 import numpy as np
 from numba.np.numpy_support import from_dtype
 
+from ..targets.cpu.loops import wide_vectors
 from .ops import HELPERS
 from .reduction import BLOCK, COMPENSATED, LANES, Reduction
 from .trace import Operand, Trace
@@ -143,7 +144,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     start = reduction.start if name == "reduce" else _initial(name, acc)
     scope = {"mapped": mapped, "math": math, "np": np, **HELPERS, **_CASTS, **COMPENSATED,
              "combine": reduction.combine, "k_init": acc.type(start), "k_type": acc.type,
-             "k_wide": (np.complex128 if acc.kind == "c" else np.float64)(0), "__name__": like.__module__}
+             "k_wide": (np.complex128 if acc.kind == "c" else np.float64)(0), "__name__": like.__module__,
+             "wide_vectors": wide_vectors}
     params = [f"a{i}" for i in arguments]
     first = params[arrays.index(True)]
     # Indices as unsigned integers: a signed index is tested for wrapping around (NumPy's
@@ -163,6 +165,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     else:
         lines = ["    s = k_init", *loops, f"            v = {cast}",
                  f"            s = {_COMBINE[name].format(acc=acc.name, s='s')}", "    out[0] = s"]
+    if blocked:  # (the loops are this function's own: the flat loops' vector width, see wide_vectors)
+        lines.insert(0, "    wide_vectors()")
     lines.insert(0, f"def reduce_{name}({', '.join(params)}, out):")
     exec(compile("\n".join(lines), f"<gpufuncs fused {like.__qualname__}, {name}>", "exec"), scope)
     body = scope[f"reduce_{name}"]
