@@ -64,6 +64,28 @@ def test_flat_loops_ask_for_512_bit_vectors(dtype):
     np.testing.assert_array_equal(got, numba_ufunc(x))
 
 
+def test_gufunc_loops_ask_for_512_bit_vectors(restore_registry):
+    """A generalized kernel's loop over its rows asks for 512-bit vectors as the flat loops do:
+    under the tuning LLVM gives Intel's AVX-512 CPUs (``NUMBA_CPU_NAME=skylake-avx512`` on the
+    2-core machine) ``hermite_norm`` of 10^5 samples and 32 orders took 3.3 ms without it and
+    1.7 ms with it, as with the machine's own tuning."""
+    @gf.gufunc(signatures=["void(float64[:], float64[:])"], layout="(n)->(n)", name="loops_row_exp",
+               reference=np.exp, replace=True)
+    def row_exp(x, out):
+        for i in range(x.shape[0]):
+            out[i] = math.exp(x[i])
+
+    compiled = row_exp.compiled("cpu")
+    declared = row_exp.spec.loops[0]
+    compiled.inline(declared)
+    serial = loops.gufunc_loops(compiled.scalar(), (np.float64,), None)[0]  # not the disk cache's
+    x = np.linspace(-3, 3, 64).reshape(4, 16)
+    out = np.empty_like(x)
+    serial((out,), x)
+    np.testing.assert_allclose(out, np.exp(x), rtol=4 * np.finfo(np.float64).eps)
+    assert '"prefer-vector-width"="512"' in serial.inspect_llvm(serial.signatures[0])
+
+
 def test_small_calls_take_the_loop_with_llvms_own_vector_width(restore_registry):
     """Below ``WIDE_MIN`` elements the 512-bit loop would run mostly its one-at-a-time
     remainder: those calls take a loop compiled without the attribute, larger ones the wide one,

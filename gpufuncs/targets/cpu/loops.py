@@ -413,19 +413,23 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
     ``masked(outs, where, *args)`` only for the rows where ``where[i]``; ``parallel`` runs the
     loop over contiguous chunks of rows, a few per thread, and raises or returns as
     :func:`ufunc_loops`' does (running the serial loop itself where nothing can raise), and
-    runs ``before_compile`` as :func:`ufunc_loops`' do.
+    runs ``before_compile`` as :func:`ufunc_loops`' do. The loops ask for 512-bit vectors
+    (:func:`wide_vectors`) at any size: under LLVM's tuning for Intel's AVX-512 CPUs,
+    ``hermite_norm`` of 10^5 samples and 32 orders took 1.9x as long without them.
     """
 
     def jit(func: Callable[..., Any], **extra: Any) -> Any:
         return _jit(func, key, before_compile, **extra)
 
     def body(outs, *args):
+        wide_vectors()
         clear_status()
         for i in range(outs[0].shape[0]):
             scalar(*(elements(args, i, cast) + rows(outs, i)))
         return read_status()
 
     def masked(outs, where, *args):
+        wide_vectors()
         clear_status()
         where = flat(where)
         for i in range(outs[0].shape[0]):
@@ -434,6 +438,7 @@ def gufunc_loops(scalar: Callable[..., Any], cast: tuple[Any, ...], key: str | N
         return read_status()
 
     def guarded_body(outs, *args):
+        wide_vectors()
         clear_status()
         i = 0
         try:
