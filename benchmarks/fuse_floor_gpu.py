@@ -20,15 +20,17 @@ by the GPU's arithmetic, not by memory; this splits the time by what computes it
 
 Each time is the GPU's per call: 20 calls issued back to back between two CUDA events, median
 of 15 repetitions after warm-up (at 10^8 a call's host work hides behind the previous call's
-kernel). Diagnostic only; run on a GPU machine: ``python -m benchmarks.fuse_floor_gpu [n ...]``
-(default 10^7 and 10^8).
+kernel). At 10^7 the hand kernels' lines are their launches' host time (numba-cuda's
+dispatcher), not the GPU's. Run on a GPU machine: ``python -m benchmarks.fuse_floor_gpu [n ...]``
+(default 10^7 and 10^8); ``--save`` writes ``results/fuse-floor-<gpu>.*`` (``--save DIR``:
+into ``DIR``).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +39,8 @@ from numba import cuda, float32, float64
 
 import gpufuncs as gf
 
-from .bench_fuse import _INV_SQRT_2PI, MU, SIGMA, W, fused_chain, log_likelihood
+from .bench_fuse import _INV_SQRT_2PI, MU, SIGMA, W, _gpu_meta, fused_chain, log_likelihood
+from .harness import add_save_argument, format_table, machine_info, not_saved_hint, save_results
 
 #: Threads a block of the hand-written kernels, and blocks per multiprocessor (grid-stride loops).
 THREADS, BLOCKS_PER_SM = 256, 8
@@ -145,14 +148,26 @@ def gpu_time(fn: Callable[[], Any]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    sizes = [int(float(a)) for a in (argv or sys.argv[1:])] or [10**7, 10**8]
-    for n in sizes:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=float, default=[1e7, 1e8], help="values (default 1e7 1e8)")
+    add_save_argument(parser)
+    opts = parser.parse_args(argv)
+    rows = []
+    for n in map(int, opts.sizes):
         for name, calls in _cases(n).items():
             times = {label: gpu_time(fn) for label, fn in calls.items()}
-            fused = times["fused"]
-            print(f"{name}, n = {n:.0e}, float32: GPU µs per call (and the fused call over it)")
-            for label, us in times.items():
-                print(f"  {label:22s} {us:9.1f}  {fused / us:6.3f}")
+            rows += [{"function": name, "n": n, "call": label, "gpu us": round(us, 1),
+                      "fused/this": round(times["fused"] / us, 3)} for label, us in times.items()]
+    columns = ("function", "n", "call", "gpu us", "fused/this")
+    print(format_table(rows, columns))
+    if opts.save:
+        meta = machine_info({"suite": "fuse floor", "dtype": "float32",
+                             "unit": "GPU us per call (20 calls between two events, median of 15)",
+                             **_gpu_meta(True)})
+        gpu = meta["gpu"].split()[-1].lower()
+        print("saved", save_results(f"fuse-floor-{gpu}", rows, columns, meta, opts.save))
+    else:
+        print(not_saved_hint())
 
 
 if __name__ == "__main__":
