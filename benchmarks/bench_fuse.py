@@ -142,25 +142,42 @@ def reduction_rows(sizes: tuple[int, ...], target: str, quick: bool) -> list[dic
     return rows
 
 
+def torch_chain(t: Any) -> Any:
+    """The chain written with PyTorch's functions (what ``torch.compile`` compiles)."""
+    import torch
+
+    v = torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA * W) + torch.exp(-t)
+    return torch.clamp(v, 0, 1)
+
+
+def torch_loglik(t: Any) -> Any:
+    """The log-likelihood written with PyTorch's functions."""
+    import torch
+
+    return torch.log(torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA)).sum()
+
+
+@functools.cache
+def cupy_chain() -> Any:
+    """The chain written with CuPy's functions, as ``cupy.fuse`` of ``(x, mu, s, w)``."""
+    import cupy as cp
+
+    @cp.fuse()
+    def chain(x, mu, s, w):
+        v = cp.exp(-0.5 * ((x - mu) / s) ** 2) * (_INV_SQRT_2PI / s) * w + cp.exp(-x)
+        return cp.minimum(cp.maximum(v, 0), 1)
+
+    return chain
+
+
 def gpu_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
     """The chain fused, unfused, ``cupy.fuse`` and ``torch.compile`` on the GPU: call +
     synchronize and pipelined, as ratios of interleaved repetitions (µs per call besides)."""
     import cupy as cp
 
-    @cp.fuse()
-    def cupy_chain(x, mu, s, w):
-        v = cp.exp(-0.5 * ((x - mu) / s) ** 2) * (_INV_SQRT_2PI / s) * w + cp.exp(-x)
-        return cp.minimum(cp.maximum(v, 0), 1)
-
-    def torch_chain(t):
-        import torch
-
-        v = torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA * W) + torch.exp(-t)
-        return torch.clamp(v, 0, 1)
-
     anchors: dict[str, Callable[[Any], Callable[[], Any]]] = {
         "unfused": lambda x: lambda: gf.clamp(gf.gaussian(x, MU, SIGMA) * W + cp.exp(-x), 0, 1),
-        "cupy.fuse": lambda x: lambda: cupy_chain(x, cp.float32(MU), cp.float32(SIGMA), cp.float32(W)),
+        "cupy.fuse": lambda x: lambda: cupy_chain()(x, cp.float32(MU), cp.float32(SIGMA), cp.float32(W)),
     }
     return _gpu_rows(sizes, quick, lambda x: functools.partial(fused_chain, x, MU, SIGMA, W),
                      anchors, torch_chain)
@@ -170,11 +187,6 @@ def gpu_loglik_rows(sizes: tuple[int, ...], quick: bool) -> list[dict[str, Any]]
     """The log-likelihood fused, as the same calls unfused (``gf.gaussian``, ``cp.log``,
     ``.sum()``), ``cp.sum(x)`` alone (reading ``x`` once) and ``torch.compile`` on the GPU."""
     import cupy as cp
-
-    def torch_loglik(t):
-        import torch
-
-        return torch.log(torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA)).sum()
 
     anchors: dict[str, Callable[[Any], Callable[[], Any]]] = {
         "unfused": lambda x: lambda: cp.log(gf.gaussian(x, MU, SIGMA)).sum(),

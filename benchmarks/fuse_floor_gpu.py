@@ -39,7 +39,18 @@ from numba import cuda, float32, float64
 
 import gpufuncs as gf
 
-from .bench_fuse import _INV_SQRT_2PI, MU, SIGMA, W, _gpu_meta, fused_chain, log_likelihood
+from .bench_fuse import (
+    _INV_SQRT_2PI,
+    MU,
+    SIGMA,
+    W,
+    _gpu_meta,
+    cupy_chain,
+    fused_chain,
+    log_likelihood,
+    torch_chain,
+    torch_loglik,
+)
 from .harness import add_save_argument, format_table, machine_info, not_saved_hint, save_results
 
 #: Threads a block of the hand-written kernels, and blocks per multiprocessor (grid-stride loops).
@@ -106,15 +117,7 @@ def _cases(n: int) -> dict[str, dict[str, Callable[[], Any]]]:
     blocks = min(-(-n // THREADS), cuda.get_current_device().MULTIPROCESSOR_COUNT * BLOCKS_PER_SM)
     t = torch.as_tensor(x, device="cuda")
 
-    @cp.fuse()
-    def cupy_chain(x, mu, s, w):
-        v = cp.exp(-0.5 * ((x - mu) / s) ** 2) * (_INV_SQRT_2PI / s) * w + cp.exp(-x)
-        return cp.minimum(cp.maximum(v, 0), 1)
-
-    torch_chain = torch.compile(lambda t: torch.clamp(
-        torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA * W) + torch.exp(-t), 0, 1))
-    torch_loglik = torch.compile(lambda t: torch.log(
-        torch.exp(-0.5 * ((t - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA)).sum())
+    compiled_chain, compiled_loglik = torch.compile(torch_chain), torch.compile(torch_loglik)
     chain = {"fused": lambda: fused_chain(x, MU, SIGMA, W)}
     loglik = {"fused": lambda: log_likelihood(x, MU, SIGMA)}
     for label, (gaussian, clamp, fast) in _variants().items():
@@ -122,9 +125,9 @@ def _cases(n: int) -> dict[str, dict[str, Callable[[], Any]]]:
         loglik_k = _loglik_kernel(gaussian, fast)[blocks, THREADS]
         chain[label] = lambda k=chain_k: k(x, y, mu, s, w)
         loglik[label] = lambda k=loglik_k: k(x, total, mu, s)
-    chain["torch.compile"] = lambda: torch_chain(t)
-    chain["cupy.fuse"] = lambda: cupy_chain(x, mu, s, w)
-    loglik["torch.compile"] = lambda: torch_loglik(t)
+    chain["torch.compile"] = lambda: compiled_chain(t)
+    chain["cupy.fuse"] = lambda: cupy_chain()(x, mu, s, w)
+    loglik["torch.compile"] = lambda: compiled_loglik(t)
     loglik["cp.sum(x)"] = lambda: cp.sum(x)
     return {"chain": chain, "log-likelihood": loglik}
 
