@@ -186,11 +186,10 @@ def test_small_and_large_calls_take_their_own_thread_layout_and_agree(dtype, cp)
     from gpufuncs.targets.cuda.runtime import BLOCK
 
     multiprocessors = get_target("cuda").runtimes.get(0).multiprocessors
-    loop = gf.gaussian.spec.loop_for(np.dtype(dtype))
-    per_thread = elements_per_thread(gf.gaussian.spec, loop, 10**9, multiprocessors)
+    per_thread = elements_per_thread(gf.gaussian.spec, np.dtype(dtype), 10**9, multiprocessors)
     switch = BLOCK * per_thread * multiprocessors
     sizes = (1, 1000, switch - 1, switch, switch + 1, 3 * switch + 7)
-    assert {elements_per_thread(gf.gaussian.spec, loop, n, multiprocessors)
+    assert {elements_per_thread(gf.gaussian.spec, np.dtype(dtype), n, multiprocessors)
             for n in sizes} == {1, per_thread}
     for n in sizes:
         x = normal(n, dtype)

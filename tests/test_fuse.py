@@ -124,6 +124,10 @@ def test_the_chain_of_kernels_and_ufuncs_is_numpys_within_ulps(target, x, mu, s,
     assert_like_eager(chain, (x, mu, s, w), target, ulps=4)
 
 
+@pytest.mark.skipif(SIMULATED, reason="the simulator runs NumPy's scalar complex arithmetic, which "
+                    "rounds apart from NumPy's array loops that the GPU and cpu match: z * z of "
+                    "complex64(5.629326e9+5.203617e9j) has real part 4.6116816e18 as a scalar, "
+                    "4.6116824e18 in an array")
 @pytest.mark.parametrize("target", VALUE_TARGETS)
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_complex_arithmetic_as_numpy(target, dtype):

@@ -304,6 +304,43 @@ def test_mixed_loop_reads_each_input_as_its_own_type(target):
     assert np.array_equal(types_scale(1.5, strided, target=target), 1.5 * strided)
 
 
+@gf.ufunc(signatures=["float32(float32, float64)"], replace=True)
+def types_scale_by_double(x, a):
+    return x * a  # computed in float64, rounded to float32 on store
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_float64_scalar_with_float32_arrays_is_read_as_float64(target):
+    """The GPU stages a call's array inputs, several elements per thread at this size (a fused
+    function's Python floats are such float64 scalars): the scalar keeps its own loop type."""
+    n = 1000 if SIMULATED else 3 * 2**18 + 7
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    a = 1 / 3
+    got = types_scale_by_double(x, a, target=target)
+    expected = (x.astype(np.float64) * a).astype(np.float32)
+    assert got.dtype == np.float32 and np.array_equal(got, expected)
+    assert np.array_equal(types_scale_by_double(x[::-3], a, target=target), expected[::-3])
+
+
+def test_arrays_of_one_loop_type_are_staged_whatever_the_scalars_types():
+    """Which loop type the GPU's elementwise kernel stages its array inputs in, and so how many
+    elements a thread takes (16 bytes of each array input; several loop types: one)."""
+    from numba.core import types
+
+    from gpufuncs.targets.cuda.compile import elements_per_thread, staged_dtype
+
+    spec = types_scale_by_double.spec
+    loop = spec.loops[0]
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    pointer = types.CPointer
+    assert staged_dtype(loop, (pointer(types.float32), types.float64)) == f32
+    assert staged_dtype(types_mixed_add.spec.loops[0], (pointer(types.float64), types.float32)) == f64
+    assert staged_dtype(types_mixed_add.spec.loops[0],
+                        (pointer(types.float64), pointer(types.float32))) is None
+    assert [elements_per_thread(spec, staged, 10**8, 132) for staged in (f32, f64, None)] == [4, 2, 1]
+    assert elements_per_thread(spec, f32, 1000, 132) == 1
+
+
 @gf.ufunc(signatures=["float64(float64, float32)", "float64(float64, float64)"], replace=True)
 def types_mixed_add(a, b):
     return a + b

@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import numba
+import numpy as np
 from numba.core import sigutils, types
 from numba.np.numpy_support import from_dtype
 
@@ -26,16 +27,28 @@ from .compat import SIMULATED, compiled_cubin, exact_remainder, loaded_kernel
 from .runtime import BLOCK, Runtime
 
 
-def elements_per_thread(spec: KernelSpec, loop: Loop, n: int, multiprocessors: int) -> int:
-    """Loop elements per thread: for elementwise kernels 16 bytes of each input in flight, where
-    ``n`` elements give every one of the GPU's ``multiprocessors`` a block that way. Fewer
-    elements take one per thread: the call then waits for the kernel's latency, not for memory
-    bandwidth, and four elements in a thread compute one after the other (measured on an H100
-    at 10^3 float32 elements: 2.6 us against 2.2 us of GPU time, the same as CuPy's). A loop
-    of several input types takes one element per thread (see ``kernels.ufunc_kernel``)."""
-    if spec.layout is not None or len(set(loop.inputs)) > 1:
+def staged_dtype(loop: Loop, inputs: types.BaseTuple) -> np.dtype | None:
+    """The loop type in which an elementwise kernel stages its array inputs (see
+    ``kernels.ufunc_kernel``): the one loop type of the inputs that ``inputs`` (their Numba
+    argument types) pass as arrays, whatever the scalars' types; ``None`` where the arrays have
+    several loop types."""
+    arrays = {dtype for dtype, arg in zip(loop.inputs, inputs) if isinstance(arg, types.CPointer)}
+    if len(arrays) > 1:
+        return None
+    return arrays.pop() if arrays else loop.inputs[0]
+
+
+def elements_per_thread(spec: KernelSpec, staged: np.dtype | None, n: int, multiprocessors: int) -> int:
+    """Loop elements per thread: for elementwise kernels whose array inputs are ``staged`` (see
+    :func:`staged_dtype`), 16 bytes of each input in flight, where ``n`` elements give every one
+    of the GPU's ``multiprocessors`` a block that way. Fewer elements take one per thread: the
+    call then waits for the kernel's latency, not for memory bandwidth, and four elements in a
+    thread compute one after the other (measured on an H100 at 10^3 float32 elements: 2.6 us
+    against 2.2 us of GPU time, the same as CuPy's). Array inputs of several loop types take one
+    element per thread (see ``kernels.ufunc_kernel``)."""
+    if spec.layout is not None or staged is None:
         return 1
-    per_thread = max(1, 16 // loop.inputs[0].itemsize)
+    per_thread = max(1, 16 // staged.itemsize)
     return per_thread if n >= BLOCK * per_thread * multiprocessors else 1
 
 
@@ -61,7 +74,7 @@ class CudaKernels:
     def __init__(self, spec: KernelSpec) -> None:
         self.spec = spec
         self._device_function: Any = None  # made on the first compilation (see device_function)
-        self._dispatchers: dict[tuple[str, int], Any] = {}
+        self._dispatchers: dict[tuple[str, int, np.dtype | None], Any] = {}
         self._launchable: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self._lock = threading.Lock()
         self._numba_object: Any = None
@@ -90,7 +103,8 @@ class CudaKernels:
         """The launchable kernel for the declared ``loop`` and Numba argument types over ``n``
         loop elements on ``runtime``'s GPU (from the disk cache, else compiled, on first use),
         and the loop elements each of its threads handles."""
-        per_thread = elements_per_thread(self.spec, loop, n, runtime.multiprocessors)
+        per_thread = elements_per_thread(self.spec, self._staged(loop, argtypes), n,
+                                         runtime.multiprocessors)
         key = (loop.signature, argtypes, per_thread, runtime.ordinal)
         found = self._launchable.get(key)
         if found is None:
@@ -129,8 +143,12 @@ class CudaKernels:
                             "kernel cannot report (the GPU would leave the element unwritten); run "
                             "it with target='cpu' or 'parallel', or return NaN instead of raising")
 
-    def _dispatcher(self, loop: Loop, per_thread: int) -> Any:
-        found = self._dispatchers.get((loop.signature, per_thread))
+    def _staged(self, loop: Loop, argtypes: tuple[types.Type, ...]) -> np.dtype | None:
+        """:func:`staged_dtype` of an elementwise kernel's inputs (``argtypes[0]``)."""
+        return staged_dtype(loop, argtypes[0]) if self.spec.layout is None else None
+
+    def _dispatcher(self, loop: Loop, per_thread: int, staged: np.dtype | None) -> Any:
+        found = self._dispatchers.get((loop.signature, per_thread, staged))
         if found is None:
             from numba import cuda
 
@@ -139,11 +157,11 @@ class CudaKernels:
             spec = self.spec
             zeros = tuple(d.type(0) for d in loop.inputs + loop.outputs)  # a type per argument
             if spec.layout is None:
-                body = ufunc_kernel(self.device_function, zeros[: spec.nin], per_thread)
+                body = ufunc_kernel(self.device_function, zeros[: spec.nin], per_thread, staged)
             else:
                 body = gufunc_kernel(self.device_function, zeros)
             found = cuda.jit(body)  # (cached on disk as cubins, not by numba-cuda: see .cubins)
-            self._dispatchers[(loop.signature, per_thread)] = found
+            self._dispatchers[(loop.signature, per_thread, staged)] = found
         return found
 
     def _compile(self, loop: Loop, argtypes: tuple[types.Type, ...], per_thread: int,
@@ -151,7 +169,7 @@ class CudaKernels:
         """Compile with numba-cuda (for ``runtime``'s GPU: its context is current), refuse a
         kernel that can raise, and save the cubin under ``key`` (``None``: not cached)."""
         try:
-            dispatcher = self._dispatcher(loop, per_thread)
+            dispatcher = self._dispatcher(loop, per_thread, self._staged(loop, argtypes))
             if SIMULATED:
                 compiled = dispatcher
             else:

@@ -70,16 +70,21 @@ def _arg(a, s, i, shape, zero):
 
 # -- the whole argument tuple at once ---------------------------------------------------------------
 def _load(vals, k, full, rest, srest, i, shape):
-    """``vals[j, k] = operand j at loop element i`` for every operand of ``rest``; ``j`` counts
-    from the start of ``full`` (``rest`` is a tail of ``full``, so ``j`` is a constant)."""
+    """``vals[j, k] = operand j at loop element i`` for every array operand of ``rest``; ``j``
+    counts from the start of ``full`` (``rest`` is a tail of ``full``, so ``j`` is a constant).
+    Scalars are not staged (see :func:`_row`)."""
     start = len(full) - len(rest)
     for j, (a, s) in enumerate(zip(rest, srest)):
-        vals[start + j, k] = _at(a, s, i, shape)
+        if isinstance(a, SimPointer):
+            vals[start + j, k] = _at(a, s, i, shape)
 
 
-def _row(vals, k, full, rest):
-    """``(vals[j, k] for each operand j of rest)``: the staged arguments of element ``k``."""
-    return tuple(vals[j, k] for j in range(len(full) - len(rest), len(full)))
+def _row(vals, k, full, rest, zeros):
+    """The arguments of element ``k`` for the operands ``j`` of ``rest``: ``vals[j, k]`` for an
+    array, the scalar itself cast like ``zeros[j]`` (its own loop type, which may differ from
+    the staged arrays')."""
+    return tuple(vals[j, k] if isinstance(full[j], SimPointer) else as_type(full[j], zeros[j])
+                 for j in range(len(full) - len(rest), len(full)))
 
 
 def _args(ops, sops, i, shape, zeros):
@@ -152,14 +157,14 @@ if not SIMULATED:
         return impl
 
     @overload(_row, inline="always")
-    def _row_typing(vals, k, full, rest):
+    def _row_typing(vals, k, full, rest, zeros):
         if len(rest) == 0:
-            return lambda vals, k, full, rest: ()
+            return lambda vals, k, full, rest, zeros: ()
         j = len(full) - len(rest)
         if isinstance(rest[0], types.Number | types.Boolean):  # not staged: cast where used
-            cast = vals.dtype
-            return lambda vals, k, full, rest: (cast(rest[0]),) + _row(vals, k, full, rest[1:])
-        return lambda vals, k, full, rest: (vals[j, k],) + _row(vals, k, full, rest[1:])
+            cast = zeros[j]
+            return lambda vals, k, full, rest, zeros: (cast(rest[0]),) + _row(vals, k, full, rest[1:], zeros)
+        return lambda vals, k, full, rest, zeros: (vals[j, k],) + _row(vals, k, full, rest[1:], zeros)
 
     @overload(_args, inline="always")
     def _args_typing(ops, sops, i, shape, zeros):
@@ -167,11 +172,6 @@ if not SIMULATED:
             return lambda ops, sops, i, shape, zeros: ()
         return lambda ops, sops, i, shape, zeros: (
             (_arg(ops[0], sops[0], i, shape, zeros[0]),) + _args(ops[1:], sops[1:], i, shape, zeros[1:]))
-
-
-def as_type_of(zero: Any) -> Any:
-    """The Numba type of the NumPy scalar ``zero`` (what a local array of its values holds)."""
-    return from_dtype(zero.dtype)
 
 
 # -- the two templates -----------------------------------------------------------------------------
@@ -185,9 +185,12 @@ def _quiet(dev: Any) -> Any:
     return quiet
 
 
-def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[..., None]:
+def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int,
+                 staged: np.dtype | None) -> Callable[..., None]:
     """An elementwise kernel: ``out = dev(*ins)`` over the loop, where ``w`` is true; input ``j``
-    is cast to the type of ``zeros[j]`` (a NumPy scalar of its loop type).
+    is cast to the type of ``zeros[j]`` (a NumPy scalar of its loop type). ``staged`` is the
+    loop type of every input passed as an array (see ``compile.staged_dtype``), ``None`` where
+    they have several.
 
     Parameters: the inputs (pointers or scalars) and their element strides, the output and its
     strides, the ``where`` mask (a pointer, or 1 by value) and its strides, the flag slot (a
@@ -198,8 +201,10 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
     coalesced), and loads all of them before computing any: with one 4-byte element per thread
     an SM has too few bytes in flight to cover the memory latency of an H100 (measured: 1.6 TB/s
     against 2.8 TB/s for a copy). The loops have a constant trip count, so they are unrolled and
-    the staging array lives in registers. A loop of several input types has no such array
-    (one type per array): it takes one element per thread, each argument loaded and cast.
+    the staging array lives in registers. It holds the array inputs only, so scalars of other
+    types (a fused function's Python floats, kept float64) do not matter; array inputs of several
+    loop types have no such array (one type per array): they take one element per thread, each
+    argument loaded and cast.
 
     Each result is checked for floating-point errors, unless ``GPUFUNCS_FPSTATUS=0`` (``check``
     is a closure constant: the check compiles away, and the disk cache keys the two variants
@@ -212,7 +217,7 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
     check = fpflags.ENABLED
     if SIMULATED:
         dev = _quiet(dev)
-    if len({type(z) for z in zeros}) > 1:
+    if staged is None:
         assert per_thread == 1
 
         def mixed(ins, sins, out, so, w, sw, flags, shape, n):
@@ -228,7 +233,7 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
                 publish(flags, bits)
 
         return mixed
-    cast = as_type_of(zeros[0])
+    cast = from_dtype(staged)
 
     def kernel(ins, sins, out, so, w, sw, flags, shape, n):
         first = cuda.blockIdx.x * cuda.blockDim.x * per_thread + cuda.threadIdx.x
@@ -241,7 +246,7 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
         for k in range(per_thread):
             i = first + k * cuda.blockDim.x
             if i < n and _at(w, sw, i, shape):
-                r = dev(*_row(vals, k, ins, ins))
+                r = dev(*_row(vals, k, ins, ins, zeros))
                 _put(out, so, i, shape, r)
                 if check:
                     bad |= not finite_in(out, r)
@@ -251,7 +256,7 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int) -> Callable[
                 for k in range(per_thread):
                     i = first + k * cuda.blockDim.x
                     if i < n and _at(w, sw, i, shape):
-                        bits |= flag(_get(out, so, i, shape), _row(vals, k, ins, ins))
+                        bits |= flag(_get(out, so, i, shape), _row(vals, k, ins, ins, zeros))
             publish(flags, bits)
 
     return kernel
