@@ -84,6 +84,8 @@ RATIO_TABLES = (
     ("gpu-h100_fuse", "Fusion (gf.fuse) of the same chain, H100 (CuPy arrays; every ratio in one run: "
      "fused over the unfused calls, cupy.fuse, torch.compile)", "fused/torch.compile pipe",
      "torch.compile, pipelined"),
+    ("gpu-nvidia-h200_fuse", "The same chain fused, H200 (one-GPU machine; CuPy arrays; every ratio in one "
+     "run)", "fused/torch.compile pipe", "torch.compile, pipelined"),
     ("gpu-h100_loglik", "The fused reduction np.log(gaussian(x, mu, s)).sum(), float32, H100 (CuPy arrays; "
      "every ratio in one run: fused over the unfused calls, cp.sum(x) alone, torch.compile)",
      "fused/unfused sync", "the same calls unfused, call + synchronize"),
