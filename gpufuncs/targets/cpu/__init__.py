@@ -177,6 +177,7 @@ class CpuKernel:
         self._loops: dict[tuple[str, Any], tuple[Any, ...]] = {}  # (signature, wide or 'refining')
         self._scalar: Any = None
         self._raising: dict[str, bool] = {}  # loop signature -> whether the kernel can raise
+        self._holds_loops = spec.layout is not None  # a gufunc's scalar function holds its loops
 
     def scalar(self) -> Any:
         """The scalar function compiled with Numba, as every loop of this kernel calls it: its
@@ -250,7 +251,8 @@ class CpuKernel:
         scalar = self.scalar()
         # (what the loops' caches hold: the scalar and its types, not this kernel, which a
         # replaced kernel's loops, kept by Numba for good, would keep alive)
-        inline = functools.partial(loops.inline_into_loops, scalar, _scalar_argtypes(self.spec, loop))
+        inline = functools.partial(loops.inline_into_loops, scalar, _scalar_argtypes(self.spec, loop),
+                                   self._holds_loops)
         # The scalar function is compiled (and marked for inlining) just before a loop is: not
         # at all where every loop comes from the disk cache (0.18 s of a fresh process's first
         # gaussian call on 2 cores).
@@ -264,7 +266,7 @@ class CpuKernel:
         """Compile the scalar function for the declared ``loop`` and mark it for inlining into
         the flat loops (:func:`.loops.inline_into_loops`): what :meth:`loops` has done just
         before any loop of ``loop`` compiles (not where they all come from the disk cache)."""
-        loops.inline_into_loops(self.scalar(), _scalar_argtypes(self.spec, loop))
+        loops.inline_into_loops(self.scalar(), _scalar_argtypes(self.spec, loop), self._holds_loops)
 
     def may_raise(self, loop: Loop) -> bool:
         """Whether the kernel, compiled for ``loop``, can raise an exception (see
@@ -280,7 +282,8 @@ class CpuKernel:
                 scalar, argtypes = scalar.py_func.body, argtypes[: self.spec.nin]
 
             def compute() -> bool:
-                return _compile(self.spec, self.target, lambda: loops.may_raise(scalar, tuple(argtypes)))
+                return _compile(self.spec, self.target,
+                                lambda: loops.may_raise(scalar, tuple(argtypes), self._holds_loops))
 
             # Kept on the disk with the loops: a fresh process whose loops all come from there
             # compiles nothing (the answer depends only on what the loops' cache key covers).
@@ -294,7 +297,11 @@ class CpuKernel:
         entry point: called with exactly those types (the call signature guarantees it), it
         skips Numba's dispatch by argument types, 40% of a small call. It takes the inputs as
         one tuple (the loops' ``*args``)."""
-        return _compile(self.spec, self.target, lambda: dispatcher.compile(argtypes))
+        def build() -> Any:
+            with loops.interleaved():
+                return dispatcher.compile(argtypes)
+
+        return _compile(self.spec, self.target, build)
 
 
 class CpuTarget(Target):
