@@ -21,9 +21,9 @@ import numba
 import numpy as np
 from numba.np.numpy_support import from_dtype
 
-from ..targets.cpu.loops import wide_vectors
+from ..targets.cpu.loops import scratch, wide_vectors
 from .ops import HELPERS
-from .reduction import BLOCK, COMPENSATED, LANES, Reduction
+from .reduction import BLOCK, COMPENSATED, FOLDED, LANES, Reduction
 from .trace import Operand, Trace
 
 #: The cast to each dtype, by the name the expressions use (``t_float32(x)``).
@@ -145,7 +145,7 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     scope = {"mapped": mapped, "math": math, "np": np, **HELPERS, **_CASTS, **COMPENSATED,
              "combine": reduction.combine, "k_init": acc.type(start), "k_type": acc.type,
              "k_wide": (np.complex128 if acc.kind == "c" else np.float64)(0), "__name__": like.__module__,
-             "wide_vectors": wide_vectors}
+             "wide_vectors": wide_vectors, "scratch": scratch}
     params = [f"a{i}" for i in arguments]
     first = params[arrays.index(True)]
     # Indices as unsigned integers: a signed index is tested for wrapping around (NumPy's
@@ -205,7 +205,7 @@ def _blocks(cast: str, first: str, loops: list[str]) -> list[str]:
     """The statements that fill ``buf`` with each block of :data:`BLOCK` values of a row of
     the core, the last one padded with ``k_init``; the block's own statements follow, at
     the indentation of the fill loop."""
-    return [f"    buf = np.empty({BLOCK}, k_type)", f"    n = {first}.shape[1]", *loops[:2],
+    return [f"    buf = scratch({BLOCK}, k_type)", f"    n = {first}.shape[1]", *loops[:2],
             f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
             "            for k in range(m):", "                uj = t_uint64(j0 + k)",
             f"                buf[t_uint64(k)] = {cast}",
@@ -222,7 +222,7 @@ def _pairwise(acc: np.dtype, cast: str, first: str, loops: list[str]) -> list[st
               "                for k in range(half):", "                    uk = t_uint64(k)",
               "                    v = buf[uk + half]",
               "                    buf[uk] = " + step.format(a="buf[uk]"), "                half >>= 1"]
-    return ["    stack = np.empty(64, k_type)", "    blocks = 0", *_blocks(cast, first, loops),
+    return ["    stack = scratch(64, k_type)", "    blocks = 0", *_blocks(cast, first, loops),
             *halves, "            v = buf[0]", "            level = 0", "            count = blocks",
             "            while count & 1:", "                v = " + step.format(a="stack[level]"),
             "                level += 1", "                count >>= 1",
@@ -252,20 +252,32 @@ def _extreme_in_lanes(name: str, cast: str, first: str, loops: list[str]) -> lis
     then the lanes' extremes are combined. NaN propagates as in NumPy's
     (``minimum``/``maximum``)."""
     step = "minimum" if name == "min" else "maximum"
-    return [f"    run = np.empty({LANES}, k_type)", f"    for j in range({LANES}):",
+    return [f"    run = scratch({LANES}, k_type)", f"    for j in range({LANES}):",
             "        run[t_uint64(j)] = k_init",
             *_in_lanes(cast, first, loops, f"run[lane] = {step}(run[lane], v)"),
-            "    s = k_init", f"    for j in range({LANES}):", f"        s = {step}(s, run[t_uint64(j)])",
+            *_folded(f"run[t_uint64(j)] = {step}(run[t_uint64(j)], run[t_uint64(j + half)])"),
+            "    s = k_init", "    for j in range(used):", f"        s = {step}(s, run[t_uint64(j)])",
             "    out[0] = s"]
+
+
+def _folded(update: str) -> list[str]:
+    """The statements that fold the ``used`` lanes of a row of ``n`` values (the first
+    ``min(n, LANES)``) into :data:`.reduction.FOLDED`: the upper half into the lower by
+    ``update`` (of lanes ``j`` and ``j + half``), a loop that vectorizes, as
+    :func:`.reduction.lanes_total` does for sums."""
+    return [f"    used = min(n, {LANES})", f"    half = {LANES // 2}", f"    while half >= {FOLDED}:",
+            "        if used > half:", "            for j in range(used - half):",
+            f"                {update}", "            used = half", "        half //= 2"]
 
 
 def _sum_in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
     """A host float64 (complex128) sum's statements: the values added into
     :data:`.reduction.LANES` running compensated sums (see :func:`_in_lanes` and
     :func:`.reduction.lane_add`), which are added up at the end."""
-    return [f"    lane_s = np.zeros({LANES}, k_type)", f"    lane_e = np.zeros({LANES}, k_type)",
+    return [f"    lane_s = scratch({LANES}, k_type)", f"    lane_e = scratch({LANES}, k_type)",
+            f"    for j in range({LANES}):", "        lane_s[t_uint64(j)] = lane_e[t_uint64(j)] = k_init",
             *_in_lanes(cast, first, loops, "lane_add(lane_s, lane_e, lane, v, k_init)"),
-            "    out[0] = lanes_total(lane_s, lane_e, k_init)"]
+            f"    out[0] = lanes_total(lane_s, lane_e, k_init, min(n, {LANES}))"]
 
 
 def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:

@@ -468,22 +468,27 @@ class ReducingPart:
         return options.get("target") == "cuda" or bool(devices)
 
     def _split(self, operands: list[Any], arrays: tuple[bool, ...], options: dict[str, Any]) -> Any:
-        """A host reduction to one value in :data:`PIECES` pieces (each core's last axis cut
-        into equal chunks: loop elements that ``parallel`` spreads over the cores) and the
-        remainder, their results combined exactly (floating sums by ``math.fsum``). The pieces
-        depend on the shape only: the same bits on every run, whatever the number of cores."""
-        n = next(v for v, a in zip(operands, arrays) if a).shape[-1]
-        if n < PIECES:
+        """A host reduction to one value in :data:`PIECES` pieces (each core cut into equal
+        chunks of its rows where it has that many, else of its last axis: loop elements that
+        ``parallel`` spreads over the cores) and the remainder, their results combined exactly
+        (floating sums by ``math.fsum``). The pieces depend on the shape only: the same bits on
+        every run, whatever the number of cores. Whole rows keep a C array's pieces C-ordered,
+        which the vectorized kernel reads (a (1000, 1000) array cut by columns took 8x
+        NumPy's sum: pieces of 15 columns, read by strides)."""
+        m, n = next(v for v, a in zip(operands, arrays) if a).shape[-2:]
+        axis, length = (-2, m) if m >= PIECES else (-1, n)
+        if length < PIECES:
             return self._combine([self._host_kernel(operands, arrays)(*operands, **options)])
         if options.get("target", "auto") == "auto":
             # The pieces are there for the cores: ``auto`` alone measures a generalized kernel's
             # call by its loop elements, 64 pieces here, and takes ``cpu`` below ALWAYS_CPU.
             options = {**options, "target": "parallel"}
-        size = n // PIECES
-        pieces = [cut(v, -1, PIECES, size) if a else v for v, a in zip(operands, arrays)]
+        size = length // PIECES
+        pieces = [cut(v, axis, PIECES, size) if a else v for v, a in zip(operands, arrays)]
         parts = [self._host_kernel(pieces, arrays)(*pieces, **options)]
-        if n % PIECES:
-            rest = [v[..., PIECES * size:] if a else v for v, a in zip(operands, arrays)]
+        if length % PIECES:
+            rest = [(v[..., PIECES * size:, :] if axis == -2 else v[..., PIECES * size:]) if a else v
+                    for v, a in zip(operands, arrays)]
             parts.append(self._host_kernel(rest, arrays)(*rest, **options))
         return self._combine(parts)
 
@@ -769,15 +774,32 @@ def lane_add(lane_s, lane_e, lane, v, zero):
 
 
 @numba.njit
-def lanes_total(lane_s, lane_e, zero):
-    """The sum :func:`lane_add` kept: the lanes' sums and errors added with Neumaier's
-    compensation (an infinity or NaN among them is the sum, as in NumPy's)."""
+def lanes_total(lane_s, lane_e, zero, used):
+    """The sum :func:`lane_add` kept in the first ``used`` lanes (the others hold nothing):
+    the upper half of the lanes added into the lower (by :func:`lane_add`, each rounding
+    error kept; a loop over contiguous lanes, which vectorizes) down to :data:`FOLDED` lanes,
+    whose sums and errors are then added with Neumaier's compensation (an infinity or NaN among
+    them is the sum, as in NumPy's). All 64 lanes one after the other took 130 ns of a row of
+    10 float64 values (NumPy's whole sum of it: 14 ns)."""
+    half = LANES // 2
+    while half >= FOLDED:
+        if used > half:
+            for j in range(used - half):
+                lane, other = np.uint64(j), np.uint64(j + half)
+                lane_add(lane_s, lane_e, lane, lane_s[other], zero)
+                lane_e[lane] += lane_e[other]
+            used = half
+        half //= 2
     s = c = zero
-    for j in range(LANES):
-        s, c = compensated_add(s, c, lane_s[j])
-    for j in range(LANES):
-        s, c = compensated_add(s, c, lane_e[j])
+    for j in range(used):
+        s, c = compensated_add(s, c, lane_s[np.uint64(j)])
+    for j in range(used):
+        s, c = compensated_add(s, c, lane_e[np.uint64(j)])
     return compensated_total(s, c)
+
+
+#: The lanes a host reduction's lanes are folded into before they are added one by one.
+FOLDED = 8
 
 
 #: The helpers by the names the reduction kernels' text uses.

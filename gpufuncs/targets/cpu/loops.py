@@ -235,6 +235,31 @@ def wide_vectors(typingctx: Any) -> Any:
 
 
 @intrinsic
+def scratch(typingctx: Any, size: Any, kind: Any) -> Any:
+    """``np.empty(size, kind)`` on the calling function's stack: a literal ``size``, a NumPy
+    scalar type ``kind``, uninitialized. For a host reduction kernel's running values, which
+    it keeps per row of its core: ``np.empty`` allocates and frees on the heap per row, about
+    180 ns of a row of 10 float64 values summed with the lanes (NumPy: 14 ns). The array must
+    not outlive the function that makes it (the kernels' never leave their body)."""
+    if not isinstance(size, types.IntegerLiteral) or not isinstance(kind, types.NumberClass):
+        return None
+    count, dtype = size.literal_value, kind.dtype
+    array = types.Array(dtype, 1, "C")
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        item = context.get_data_type(dtype)
+        data = cgutils.alloca_once(builder, item, size=count)  # (in the entry block: once)
+        intp = context.get_value_type(types.intp)
+        itemsize = context.get_abi_sizeof(item)
+        result = context.make_array(array)(context, builder)
+        populate_array(result, data=data, shape=[intp(count)], strides=[intp(itemsize)],
+                       itemsize=intp(itemsize), meminfo=None)
+        return result._getvalue()
+
+    return array(size, kind), codegen
+
+
+@intrinsic
 def default_vectors(typingctx: Any) -> Any:
     """Leave the vector width to LLVM's tuning (see :func:`wide_vectors`)."""
     return types.none(), lambda context, builder, sig, args: context.get_dummy_value()
