@@ -349,6 +349,47 @@ def test_a_long_reduction_in_pieces_is_exact_and_the_same_on_every_target():
         np.testing.assert_allclose(result, want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1000, 200), (64 * 3 + 5, 1000), (2, 100, 1000), (70, 3000)])
+def test_a_long_reduction_of_rows_in_pieces_is_the_same_for_every_layout(shape, dtype):
+    """A reduction to one value of a core of 64 rows or more is cut into pieces of whole rows:
+    C, Fortran-ordered and reversed arrays of the same values give the same bits (the pieces
+    depend on the shape alone), on every host target, as accurate as NumPy's sum or more."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e3], shape)).astype(dtype)
+    f = gf.fuse(lambda a: (a * 3).sum())
+    flipped = np.flip(x, -1).copy()
+    layouts = {"C": x, "F": np.asfortranarray(x), "reversed": np.flip(flipped, -1)}
+    sums = {(name, t): f(v, target=t) for name, v in layouts.items() for t in ("cpu", "parallel", "auto")}
+    assert len({s.tobytes() for s in sums.values()}) == 1, sums
+    exact = math.fsum((x.astype(np.float64) * 3).astype(dtype).astype(np.float64).ravel())
+    ours = float(sums["C", "cpu"])
+    assert abs(ours - exact) <= abs(float(np.sum(x * 3)) - exact) + np.finfo(dtype).eps * abs(exact)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 16, 17, 33, 63, 64, 65, 100, 129])
+def test_rows_of_every_length_fold_their_lanes_exactly(n):
+    """A float64 row's values go into up to 64 lanes, folded halves into halves before their
+    total: every row length, an infinity or NaN in any lane, sums within NumPy's error of
+    the exact one and extremes NumPy's own."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((40, n)) * rng.choice([1e-8, 1.0, 1e8], (40, n))
+    x[1, rng.integers(n)] = np.inf
+    x[2, rng.integers(n)] = -np.inf
+    x[3, rng.integers(n)] = np.nan
+    if n > 1:
+        x[4, :2] = (np.inf, -np.inf)
+    with np.errstate(invalid="ignore"):  # inf - inf in row 4, as NumPy's own sum warns
+        total, top, bottom = gf.fuse(lambda a: (a.sum(axis=1), a.max(axis=1), np.min(a, axis=1)))(x)
+        np.testing.assert_array_equal(top, x.max(axis=1))
+        np.testing.assert_array_equal(bottom, x.min(axis=1))
+        want = x.sum(axis=1)
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(total[~finite], want[~finite])
+    exact = np.array([math.fsum(row) for row in x[finite]])
+    assert np.all(np.abs(total[finite] - exact) <= np.abs(want[finite] - exact) + 1e-16 * np.abs(exact))
+
+
 def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypatch):
     """``auto`` spreads the pieces of a long reduction over the cores, as ``parallel`` does
     (it would otherwise measure the call by its 64 loop elements and take ``cpu``); a reduction
