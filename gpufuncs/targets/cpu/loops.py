@@ -249,6 +249,7 @@ def scratch(typingctx: Any, size: Any, kind: Any) -> Any:
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
         item = context.get_data_type(dtype)
         data = cgutils.alloca_once(builder, item, size=count)  # (in the entry block: once)
+        data.align = 64  # a cache line: a vector load or store of it never spans two
         intp = context.get_value_type(types.intp)
         itemsize = context.get_abi_sizeof(item)
         result = context.make_array(array)(context, builder)
