@@ -285,15 +285,16 @@ def interleaved(on: bool = True) -> Iterator[None]:
     LLVM's cost model runs a loop whose body is long, such as a fused function's
     ``np.log(gaussian(x, mu, s))``, one vector iteration at a time, for its register pressure;
     each iteration's chain of dependent operations (an ``exp``, a division, a ``log``) then runs
-    alone, and the loop waits on its latency. Four in flight: the fused log-likelihood at 10^5
-    float32 on one core of the 2-core machine 122 -> 76 us, the fused chain 74 -> 52 us; the
-    single kernels' loops, and every loop below 10^3 elements, as before. The same instructions
+    alone, and the loop waits on its latency. Four in flight, at 10^5 float32 on one core of
+    the 2-core machine: the fused log-likelihood 122 -> 72 us, the fused chain 74 -> 49 us,
+    ``gaussian`` 48 -> 34 us, ``exp`` 17.8 -> 14.1 us; calls below 10^3 elements as before
+    (within the noise). The same instructions
     per element in the same order, so the same bits (a float reduction's order is its
     accumulator lanes', which interleaving does not change: Numba compiles without ``reassoc``).
 
     For the loops alone: an elementwise kernel's scalar function, compiled with it before it
-    is inlined into them, made their loop slower again (``gaussian`` at 10^5 float32 34 -> 48
-    us); a gufunc's scalar function holds its loops, and is compiled with it.
+    is inlined into them, made their loop as slow as before (``gaussian`` 34 -> 48 us again);
+    a gufunc's scalar function holds its loops, and is compiled with it.
 
     The option is process-wide: it is set under Numba's compiler lock, so that no other
     compilation sees it, and put back to 0 (the cost model's choice) after."""
