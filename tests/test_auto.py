@@ -369,6 +369,25 @@ def test_threads_that_lost_only_to_a_cost_learned_in_cache_are_compared_again(ke
     assert reloaded.cpu_from == large // 2 and again.timed == {"cpu": 0, "parallel": 0}
 
 
+def test_threads_that_lost_implausibly_keep_cpus_cost_and_stay_off_the_disk(kernels, fresh_auto):
+    """Threads 30x slower than cpu on calls far larger than cpu's (they waited for cores) are
+    not a cost out of cache: cpu is not timed again, and the threads' cost does not reach the
+    disk, so a new process times them afresh (such an entry, with no cpu cost beside it, had
+    passed the guard)."""
+    learned, plan = _learning(kernels, fresh_auto, parallel_start=4e-6)
+    small, large = 10_000, 1_000_000
+    for _ in range(auto.SAMPLES):
+        fresh_auto._record(learned, "cpu", small, 1e-6 + 0.5e-9 * small)
+    learned.cpu_below = 0.0
+    for _ in range(auto.SAMPLES):
+        fresh_auto._record(learned, "parallel", large, 4e-6 + 15e-9 * large)
+    assert learned.cost("cpu") == pytest.approx(0.5e-9) and learned.cpu_from == 0
+    assert learned.cpu_below == learned.parallel_from == 4.0 * large  # lost: cpu, the 4x retry
+    again = auto.AutoTarget(targets.get_target("cpu"), targets.get_target("parallel"), fresh_auto.path.parent)
+    reloaded = again._state(kernels.normalize.spec, plan)
+    assert reloaded.cost("cpu") == pytest.approx(0.5e-9) and reloaded.cost("parallel") is None
+
+
 def test_threads_that_lost_at_the_size_cpu_was_timed_on_are_not_compared_again(kernels, fresh_auto):
     """Costs learned at sizes within SIZE_CLASS of each other are compared as they are."""
     learned, _ = _learning(kernels, fresh_auto, parallel_start=4e-6)

@@ -101,7 +101,9 @@ LARGE = 1 << 24
 SIZE_CLASS = 8
 
 #: Version of the file format; another version is ignored (and replaced on the next write).
-FORMAT = 1
+#: 2: files of 1 may hold implausible losses with no cpu cost (see _compare_at_one_size), and
+#: their costs per element predate the loops' interleaving (see loops.interleaved).
+FORMAT = 2
 
 _INF = float("inf")
 
@@ -414,6 +416,12 @@ def _compare_at_one_size(learned: Learned) -> None:
     meanwhile, as a lost comparison would have them)."""
     cpu, parallel = learned.cost("cpu"), learned.cost("parallel")
     if learned.won_at or cpu is None or parallel is None or parallel < cpu:
+        return
+    if parallel >= IMPLAUSIBLE_LOSS * cpu:
+        # Threads that waited for cores, not a cost out of cache: cpu's cost stays, so that
+        # the loss is judged implausible and kept in this process only (see _plausible_costs).
+        # Forgotten, it let six such entries (16 ms per call of 10^6 on 2 cores, no cpu cost)
+        # onto the disk, which kept every later process's 10^6 calls on cpu, 1.86x slower.
         return
     if 0 < learned.cpu_n and learned.parallel_n > SIZE_CLASS * learned.cpu_n:
         learned.cpu.clear()
