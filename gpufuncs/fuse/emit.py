@@ -255,29 +255,33 @@ def _extreme_in_lanes(name: str, cast: str, first: str, loops: list[str]) -> lis
     return [f"    run = scratch({LANES}, k_type)", f"    for j in range({LANES}):",
             "        run[t_uint64(j)] = k_init",
             *_in_lanes(cast, first, loops, f"run[lane] = {step}(run[lane], v)"),
-            *_folded(f"run[t_uint64(j)] = {step}(run[t_uint64(j)], run[t_uint64(j + half)])"),
+            *_folded(f"run[lane] = {step}(run[lane], run[other])"),
             "    s = k_init", "    for j in range(used):", f"        s = {step}(s, run[t_uint64(j)])",
             "    out[0] = s"]
 
 
-def _folded(update: str) -> list[str]:
+def _folded(*update: str) -> list[str]:
     """The statements that fold the ``used`` lanes of a row of ``n`` values (the first
-    ``min(n, LANES)``) into :data:`.reduction.FOLDED`: the upper half into the lower by
-    ``update`` (of lanes ``j`` and ``j + half``), a loop that vectorizes, as
-    :func:`.reduction.lanes_total` does for sums."""
+    ``min(n, LANES)``; the others hold nothing) into :data:`.reduction.FOLDED`: the upper half
+    into the lower by the ``update`` statements (of lanes ``lane`` and ``other``), a loop over
+    contiguous lanes that vectorizes, then the next half. All 64 lanes combined one after the
+    other took 130 ns of a float64 sum of a row of 10 values (NumPy's whole sum of it: 14 ns)."""
     return [f"    used = min(n, {LANES})", f"    half = {LANES // 2}", f"    while half >= {FOLDED}:",
             "        if used > half:", "            for j in range(used - half):",
-            f"                {update}", "            used = half", "        half //= 2"]
+            "                lane, other = t_uint64(j), t_uint64(j + half)",
+            *(f"                {line}" for line in update), "            used = half", "        half //= 2"]
 
 
 def _sum_in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
     """A host float64 (complex128) sum's statements: the values added into
     :data:`.reduction.LANES` running compensated sums (see :func:`_in_lanes` and
-    :func:`.reduction.lane_add`), which are added up at the end."""
+    :func:`.reduction.lane_add`), folded (:func:`_folded`) and added up at the end."""
     return [f"    lane_s = scratch({LANES}, k_type)", f"    lane_e = scratch({LANES}, k_type)",
             f"    for j in range({LANES}):", "        lane_s[t_uint64(j)] = lane_e[t_uint64(j)] = k_init",
             *_in_lanes(cast, first, loops, "lane_add(lane_s, lane_e, lane, v, k_init)"),
-            f"    out[0] = lanes_total(lane_s, lane_e, k_init, min(n, {LANES}))"]
+            *_folded("lane_add(lane_s, lane_e, lane, lane_s[other], k_init)",  # (its error kept too)
+                     "lane_e[lane] += lane_e[other]"),
+            "    out[0] = lanes_total(lane_s, lane_e, k_init, used)"]
 
 
 def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:

@@ -775,21 +775,9 @@ def lane_add(lane_s, lane_e, lane, v, zero):
 
 @numba.njit
 def lanes_total(lane_s, lane_e, zero, used):
-    """The sum :func:`lane_add` kept in the first ``used`` lanes (the others hold nothing):
-    the upper half of the lanes added into the lower (by :func:`lane_add`, each rounding
-    error kept; a loop over contiguous lanes, which vectorizes) down to :data:`FOLDED` lanes,
-    whose sums and errors are then added with Neumaier's compensation (an infinity or NaN among
-    them is the sum, as in NumPy's). All 64 lanes one after the other took 130 ns of a row of
-    10 float64 values (NumPy's whole sum of it: 14 ns)."""
-    half = LANES // 2
-    while half >= FOLDED:
-        if used > half:
-            for j in range(used - half):
-                lane, other = np.uint64(j), np.uint64(j + half)
-                lane_add(lane_s, lane_e, lane, lane_s[other], zero)
-                lane_e[lane] += lane_e[other]
-            used = half
-        half //= 2
+    """The sum :func:`lane_add` kept in the first ``used`` lanes (folded to that many, see
+    ``emit._folded``): their sums and errors added with Neumaier's compensation (an infinity
+    or NaN among them is the sum, as in NumPy's)."""
     s = c = zero
     for j in range(used):
         s, c = compensated_add(s, c, lane_s[np.uint64(j)])
@@ -798,7 +786,7 @@ def lanes_total(lane_s, lane_e, zero, used):
     return compensated_total(s, c)
 
 
-#: The lanes a host reduction's lanes are folded into before they are added one by one.
+#: The lanes a host reduction's lanes are folded into before they are combined one by one.
 FOLDED = 8
 
 
