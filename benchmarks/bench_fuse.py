@@ -121,6 +121,8 @@ REDUCTIONS: tuple[tuple[str, Callable[[Any], Any], Any, Callable[[int], tuple[in
      lambda n: (n // 1000, 1000)),
     ("(x * 3).max(axis=1) float64", lambda x: (x * 3).max(axis=1), np.float64,
      lambda n: (n // 1000, 1000)),
+    ("x.sum(axis=1) float64, rows of 10", lambda x: x.sum(axis=1), np.float64, lambda n: (n // 10, 10)),
+    ("x.sum(axis=1) float64, rows of 100", lambda x: x.sum(axis=1), np.float64, lambda n: (n // 100, 100)),
 )
 
 

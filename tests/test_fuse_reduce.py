@@ -162,6 +162,30 @@ def test_infinities_and_nan_propagate_as_in_numpy():
 
 
 
+_ROW_SUMS = {"sum": gf.fuse(lambda a: (a * 1).sum(axis=-1)),
+             "mean": gf.fuse(lambda a: np.mean(a * 1, axis=-1)),
+             "whole": gf.fuse(lambda a: (a * 1).sum())}
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+@given(data=st.data())
+def test_float64_rows_of_up_to_128_values_sum_to_numpys_bits(target, data):
+    """A float64 row of at most 128 values (NumPy's pairwise block) is summed as NumPy sums it:
+    its sum and mean along the last axis, and the sum of a 1-D array of that length, are
+    NumPy's bit for bit, NaN, infinities and zeros of both signs included; a longer row takes
+    the compensated lanes (within NumPy's error, as every other test of sums checks)."""
+    rows, n = data.draw(st.integers(1, 3)), data.draw(st.integers(0, 128))
+    x = data.draw(hnp.arrays(np.float64, (rows, n), elements=st.floats(-1e300, 1e300)))
+    for special in data.draw(st.lists(st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -0.0]), max_size=3)):
+        if n:
+            x[data.draw(st.integers(0, rows - 1)), data.draw(st.integers(0, n - 1))] = special
+    with np.errstate(all="ignore"):
+        assert _ROW_SUMS["sum"](x, target=target).tobytes() == x.sum(axis=-1).tobytes()
+        assert _ROW_SUMS["whole"](x[0], target=target).tobytes() == x[0].sum().tobytes()
+        if n:
+            assert _ROW_SUMS["mean"](x, target=target).tobytes() == x.mean(axis=-1).tobytes()
+
+
 _EXTREMES = {"min": gf.fuse(lambda a: np.min(a * 1, axis=-1)),
              "max": gf.fuse(lambda a: np.max(a * 1, axis=-1))}
 

@@ -717,6 +717,37 @@ def wide_block_sum(values, m, zero):
     return total
 
 
+@numba.njit
+def numpy_short_sum(values, n, zero):
+    """``values[:n]`` (``n`` at most :data:`BLOCK`) summed as NumPy's ``add.reduce`` sums such
+    a row: its pairwise summation's base case (fewer than 8 values one after the other, else
+    eight running sums over every eighth value, added as a tree, then the values past the last
+    eight) added to the identity ``zero`` (so that zeros of either sign sum to ``+0.0``). The
+    sum is NumPy's, bit for bit."""
+    if n < 8:
+        s = zero
+        for j in range(n):
+            s += values[np.uint64(j)]
+        return zero + s
+    r0, r1, r2, r3 = values[0], values[1], values[2], values[3]
+    r4, r5, r6, r7 = values[4], values[5], values[6], values[7]
+    whole = n - n % 8
+    for j in range(8, whole, 8):
+        u = np.uint64(j)
+        r0 += values[u]
+        r1 += values[u + 1]
+        r2 += values[u + 2]
+        r3 += values[u + 3]
+        r4 += values[u + 4]
+        r5 += values[u + 5]
+        r6 += values[u + 6]
+        r7 += values[u + 7]
+    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for j in range(whole, n):
+        s += values[np.uint64(j)]
+    return zero + s
+
+
 @numba.njit(inline="always")
 def _finite(value):
     """Whether a real or complex value is finite: by comparisons, which raise no flag (Numba's
@@ -792,4 +823,5 @@ FOLDED = 8
 
 #: The helpers by the names the reduction kernels' text uses.
 COMPENSATED = {f.py_func.__name__: f
-               for f in (compensated_add, compensated_total, wide_block_sum, lane_add, lanes_total)}
+               for f in (compensated_add, compensated_total, wide_block_sum, lane_add, lanes_total,
+                         numpy_short_sum)}
