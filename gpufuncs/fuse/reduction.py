@@ -723,7 +723,9 @@ def numpy_short_sum(values, n, zero):
     a row: its pairwise summation's base case (fewer than 8 values one after the other, else
     eight running sums over every eighth value, added as a tree, then the values past the last
     eight) added to the identity ``zero`` (so that zeros of either sign sum to ``+0.0``). The
-    sum is NumPy's, bit for bit."""
+    sum is NumPy's, bit for bit, where NumPy reduces the row in one inner loop (a C-ordered
+    array's rows, strided or not); where its iterator takes another order (rows of a Fortran
+    array, summed across them one value at a time), this is at least as accurate."""
     if n < 8:
         s = zero
         for j in range(n):
