@@ -161,7 +161,6 @@ def test_infinities_and_nan_propagate_as_in_numpy():
     assert gf.fuse(lambda a: np.any(a))(np.array([0.0, np.nan]))  # NaN is true, as in NumPy
 
 
-
 _ROW_SUMS = {"sum": gf.fuse(lambda a: (a * 1).sum(axis=-1)),
              "mean": gf.fuse(lambda a: np.mean(a * 1, axis=-1)),
              "whole": gf.fuse(lambda a: (a * 1).sum())}
@@ -214,6 +213,7 @@ def test_min_and_max_are_numpys_with_nan_and_infinities_anywhere(target, name, d
         x[data.draw(st.integers(0, rows - 1)), data.draw(st.integers(0, n - 1))] = special
     got, want = _EXTREMES[name](x, target=target), getattr(np, name)(x, axis=-1)
     np.testing.assert_array_equal(got, want)
+
 
 def test_empty_reductions_as_numpys():
     f = gf.fuse(lambda a: a.max(axis=0))
@@ -408,7 +408,7 @@ _row_stats = gf.fuse(lambda a: (a.sum(axis=1), a.max(axis=1), np.min(a, axis=1))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(64 * 3 + 5, 1000), (2, 100, 1000), (70, 3000)])
+@pytest.mark.parametrize("shape", [(1000, 200), (64 * 3 + 5, 1000), (2, 100, 1000), (70, 3000)])
 def test_a_long_reduction_of_rows_in_pieces_is_the_same_for_every_layout(shape, dtype):
     """A reduction to one value of a core of 64 rows or more is cut into pieces of whole rows:
     C, Fortran-ordered and reversed arrays of the same values give the same bits (the pieces

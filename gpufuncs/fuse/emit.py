@@ -272,43 +272,47 @@ def _folded(*update: str) -> list[str]:
             *(f"                {line}" for line in update), "            used = half", "        half //= 2"]
 
 
-def _sum_in_lanes(acc: np.dtype, cast: str, first: str, loops: list[str]) -> list[str]:
+def _sum_in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
     """A host float64 (complex128) sum's statements: the values added into
     :data:`.reduction.LANES` running compensated sums (see :func:`_in_lanes` and
-    :func:`.reduction.lane_add`), folded (:func:`_folded`) and added up at the end. A core of
-    one float64 row of at most :data:`.reduction.BLOCK` values is summed as NumPy sums it
-    instead (:func:`.reduction.numpy_short_sum`): NumPy's bits, and its accuracy, where the
-    lanes' fixed costs per row (128 slots set, the fold, the compensated total) made a fused
+    :func:`.reduction.lane_add`), folded (:func:`_folded`) and added up at the end."""
+    return [f"    lane_s = scratch({LANES}, k_type)", f"    lane_e = scratch({LANES}, k_type)",
+            f"    for j in range({LANES}):", "        lane_s[t_uint64(j)] = lane_e[t_uint64(j)] = k_init",
+            *_in_lanes(cast, first, loops, "lane_add(lane_s, lane_e, lane, v, k_init)"),
+            *_folded("lane_add(lane_s, lane_e, lane, lane_s[other], k_init)",  # (its error kept too)
+                     "lane_e[lane] += lane_e[other]"),
+            "    out[0] = lanes_total(lane_s, lane_e, k_init, used)"]
+
+
+def _short_row_as_numpy(cast: str, first: str, lines: list[str]) -> list[str]:
+    """A host float64 sum's statements ``lines``, after a branch that sums a core of one row of
+    at most :data:`.reduction.BLOCK` values as NumPy sums it
+    (:func:`.reduction.numpy_short_sum`): NumPy's bits, and its accuracy, where the lanes'
+    fixed costs per row (128 slots set, the fold, the compensated total) made a fused
     ``sum(axis=1)`` of rows of 10 to 100 values 1.7-2.4x NumPy's (2-core machine). The row's
     values go through a buffer: the summation in the kernel's own body made it too long for
     LLVM to inline into the rows loop, and each row then paid a call (2-4x slower)."""
-    lines = [f"    lane_s = scratch({LANES}, k_type)", f"    lane_e = scratch({LANES}, k_type)",
-             f"    for j in range({LANES}):", "        lane_s[t_uint64(j)] = lane_e[t_uint64(j)] = k_init",
-             *_in_lanes(cast, first, loops, "lane_add(lane_s, lane_e, lane, v, k_init)"),
-             *_folded("lane_add(lane_s, lane_e, lane, lane_s[other], k_init)",  # (its error kept too)
-                      "lane_e[lane] += lane_e[other]"),
-             "    out[0] = lanes_total(lane_s, lane_e, k_init, used)"]
-    if acc.kind != "f":
-        return lines
-    short = [f"    if {first}.shape[0] == 1 and {first}.shape[1] <= {BLOCK}:",
-             f"        row = scratch({BLOCK}, k_type)", "        ui = t_uint64(0)",
-             f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)",
-             f"            row[uj] = {cast}",
-             f"        out[0] = numpy_short_sum(row, {first}.shape[1], k_init)"]
-    return [*short, "    else:", *(f"    {line}" for line in lines)]
+    return [f"    if {first}.shape[0] == 1 and {first}.shape[1] <= {BLOCK}:",
+            f"        row = scratch({BLOCK}, k_type)", "        ui = t_uint64(0)",
+            f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)",
+            f"            row[uj] = {cast}",
+            f"        out[0] = numpy_short_sum(row, {first}.shape[1], k_init)",
+            "    else:", *(f"    {line}" for line in lines)]
 
 
 def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
     """A floating sum's statements: each value (or, ``blocked``, each block's sum, see
     :func:`.reduction.wide_block_sum`) added with Neumaier's compensation, real and imaginary
-    parts apart; float64 (complex128) values on the host go :func:`_sum_in_lanes` instead. On the
+    parts apart; float64 (complex128) values on the host go :func:`_sum_in_lanes` instead
+    (a float64 row of at most 128 values :func:`_short_row_as_numpy`). On the
     host, ``float32`` and ``complex64`` values are summed in ``float64`` (a block's plain sum
     there loses less than the compensated float32 one, and vectorizes), the total rounded once
     to the accumulation dtype."""
     part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
     wide = np.dtype(np.float64) if blocked else part  # (a GPU thread sums in the dtype itself)
     if blocked and part.itemsize == wide.itemsize:
-        return _sum_in_lanes(acc, cast, first, loops)
+        lanes = _sum_in_lanes(cast, first, loops)
+        return _short_row_as_numpy(cast, first, lanes) if acc.kind == "f" else lanes
     parts = ("r", "i") if acc.kind == "c" else ("r",)
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:  # float32 (complex64) values, summed in float64 (complex128)

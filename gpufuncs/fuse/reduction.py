@@ -726,11 +726,11 @@ def numpy_short_sum(values, n, zero):
     sum is NumPy's, bit for bit, where NumPy reduces the row in one inner loop (a C-ordered
     array's rows, strided or not); where its iterator takes another order (rows of a Fortran
     array, summed across them one value at a time), this is at least as accurate."""
-    if n < 8:
+    if n < 8:  # (s starts at the identity: never -0.0)
         s = zero
         for j in range(n):
             s += values[np.uint64(j)]
-        return zero + s
+        return s
     r0, r1, r2, r3 = values[0], values[1], values[2], values[3]
     r4, r5, r6, r7 = values[4], values[5], values[6], values[7]
     whole = n - n % 8
