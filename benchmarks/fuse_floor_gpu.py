@@ -18,6 +18,11 @@ by the GPU's arithmetic, not by memory; this splits the time by what computes it
 - the anchors: ``torch.compile`` (default mode, after its warm-up), ``cupy.fuse`` (chain) and
   ``cp.sum(x)`` (log-likelihood).
 
+Beside each time, the call's error against the same function computed in float64 from the
+same float32 values (``max ulp``): the chain's largest, over its elements, and the log-likelihood's
+(one value), in units in the last place of float32 at the exact value. NumPy's own float32
+eager call is a row too, with no GPU time: the error gpufuncs' results are tested against.
+
 Each time is the GPU's per call: 20 calls issued back to back between two CUDA events, median
 of 15 repetitions after warm-up (at 10^8 a call's host work hides behind the previous call's
 kernel). At 10^7 the hand kernels' lines are their launches' host time (numba-cuda's
@@ -107,29 +112,77 @@ def _variants() -> dict[str, tuple[Any, Any, bool]]:
     }
 
 
-def _cases(n: int) -> dict[str, dict[str, Callable[[], Any]]]:
+#: A case's calls: label -> (the call timed, the call's result as a host array).
+Calls = dict[str, tuple[Callable[[], Any], Callable[[], np.ndarray]]]
+
+
+def _host(value: Any) -> np.ndarray:
+    """A CuPy array or torch tensor's values on the host."""
+    return value.cpu().numpy() if hasattr(value, "cpu") else value.get()
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Callable[[], Any], Callable[[], np.ndarray]]:
+    return fn, lambda: _host(fn())
+
+
+def _written(fn: Callable[[], Any], into: Any) -> tuple[Callable[[], Any], Callable[[], np.ndarray]]:
+    """A hand kernel's call, whose result is what it writes (or adds) ``into``."""
+    def result() -> np.ndarray:
+        into.fill(0)
+        fn()
+        return into.get()
+    return fn, result
+
+
+def _cases(n: int) -> tuple[np.ndarray, dict[str, Calls]]:
+    """The values (on the host) and, per function, its calls."""
     import cupy as cp
     import torch
 
-    x = cp.asarray(np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32))
+    values = np.random.default_rng(n).uniform(-4, 4, n).astype(np.float32)
+    x = cp.asarray(values)
     y, total = cp.empty_like(x), cp.zeros(1, cp.float64)
     mu, s, w = np.float32(MU), np.float32(SIGMA), np.float32(W)
     blocks = min(-(-n // THREADS), cuda.get_current_device().MULTIPROCESSOR_COUNT * BLOCKS_PER_SM)
     t = torch.as_tensor(x, device="cuda")
 
     compiled_chain, compiled_loglik = torch.compile(torch_chain), torch.compile(torch_loglik)
-    chain = {"fused": lambda: fused_chain(x, MU, SIGMA, W)}
-    loglik = {"fused": lambda: log_likelihood(x, MU, SIGMA)}
+    chain: Calls = {"fused": _timed(lambda: fused_chain(x, MU, SIGMA, W))}
+    loglik: Calls = {"fused": _timed(lambda: log_likelihood(x, MU, SIGMA))}
     for label, (gaussian, clamp, fast) in _variants().items():
         chain_k = _chain_kernel(gaussian, clamp, fast)[blocks, THREADS]
         loglik_k = _loglik_kernel(gaussian, fast)[blocks, THREADS]
-        chain[label] = lambda k=chain_k: k(x, y, mu, s, w)
-        loglik[label] = lambda k=loglik_k: k(x, total, mu, s)
-    chain["torch.compile"] = lambda: compiled_chain(t)
-    chain["cupy.fuse"] = lambda: cupy_chain()(x, mu, s, w)
-    loglik["torch.compile"] = lambda: compiled_loglik(t)
-    loglik["cp.sum(x)"] = lambda: cp.sum(x)
-    return {"chain": chain, "log-likelihood": loglik}
+        chain[label] = _written(lambda k=chain_k: k(x, y, mu, s, w), y)
+        loglik[label] = _written(lambda k=loglik_k: k(x, total, mu, s), total)
+    chain["torch.compile"] = _timed(lambda: compiled_chain(t))
+    chain["cupy.fuse"] = _timed(lambda: cupy_chain()(x, mu, s, w))
+    loglik["torch.compile"] = _timed(lambda: compiled_loglik(t))
+    loglik["cp.sum(x)"] = _timed(lambda: cp.sum(x))
+    return values, {"chain": chain, "log-likelihood": loglik}
+
+
+def _exact(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Each function (and ``cp.sum(x)``'s sum) computed in float64 from the float32 values."""
+    x = values.astype(np.float64)
+    density = np.exp(-0.5 * ((x - MU) / SIGMA) ** 2) * (_INV_SQRT_2PI / SIGMA)
+    return {"chain": np.clip(density * W + np.exp(-x), 0, 1), "log-likelihood": np.log(density).sum(),
+            "cp.sum(x)": x.sum()}
+
+
+def _numpy_float32(values: np.ndarray) -> dict[str, np.ndarray]:
+    """NumPy's eager float32 calls of the same functions (``gaussian`` as its formula)."""
+    mu, s = np.float32(MU), np.float32(SIGMA)
+    density = np.exp(np.float32(-0.5) * ((values - mu) / s) ** 2) * np.float32(_INV_SQRT_2PI / SIGMA)
+    return {"chain": np.clip(density * np.float32(W) + np.exp(-values), 0, 1),
+            "log-likelihood": np.log(density).sum()}
+
+
+def max_ulps(result: np.ndarray, exact: np.ndarray) -> float:
+    """The largest distance of ``result`` from ``exact``, in float32 units in the last place
+    at the exact value."""
+    result = np.asarray(result, np.float64).reshape(np.shape(exact))
+    ulp = np.spacing(np.abs(np.asarray(exact, np.float32))).astype(np.float64)
+    return float(np.max(np.abs(result - exact) / ulp))
 
 
 def gpu_time(fn: Callable[[], Any]) -> float:
@@ -157,11 +210,18 @@ def main(argv: list[str] | None = None) -> None:
     opts = parser.parse_args(argv)
     rows = []
     for n in map(int, opts.sizes):
-        for name, calls in _cases(n).items():
-            times = {label: gpu_time(fn) for label, fn in calls.items()}
-            rows += [{"function": name, "n": n, "call": label, "gpu us": round(us, 1),
-                      "fused/this": round(times["fused"] / us, 3)} for label, us in times.items()]
-    columns = ("function", "n", "call", "gpu us", "fused/this")
+        values, cases = _cases(n)
+        exact, numpy = _exact(values), _numpy_float32(values)
+        for name, calls in cases.items():
+            times = {label: gpu_time(fn) for label, (fn, _) in calls.items()}
+            for label, (_, result) in calls.items():
+                us = times[label]
+                rows.append({"function": name, "n": n, "call": label, "gpu us": round(us, 1),
+                             "fused/this": round(times["fused"] / us, 3),
+                             "max ulp": round(max_ulps(result(), exact.get(label, exact[name])), 2)})
+            rows.append({"function": name, "n": n, "call": "numpy float32 (host)",
+                         "max ulp": round(max_ulps(numpy[name], exact[name]), 2)})
+    columns = ("function", "n", "call", "gpu us", "fused/this", "max ulp")
     print(format_table(rows, columns))
     if opts.save:
         meta = machine_info({"suite": "fuse floor", "dtype": "float32",
