@@ -9,15 +9,16 @@ dispatch must (key the arguments, find the executor, read the pointers, allocate
 launch), with every step inline. That is the floor a Python dispatch can reach; CuPy's is
 Cython. Diagnostic only: it reads the executor's closure, so it follows the code it measures.
 
-Run on a GPU machine: ``python -m benchmarks.dispatch_floor_gpu [n]`` (default 10**4).
+Run on a GPU machine: ``python -m benchmarks.dispatch_floor_gpu [n ...]`` (default 10**4);
+``--save`` writes ``results/dispatch-floor-<gpu>.*`` (``--save DIR``: into ``DIR``).
 """
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import statistics
 import struct
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,9 @@ import numpy as np
 
 import gpufuncs as gf
 from gpufuncs.dispatch.args import ABSENT, keyer_of
+
+from .bench_fuse import _gpu_meta
+from .harness import add_save_argument, format_table, machine_info, not_saved_hint, save_results
 
 
 @gf.ufunc(signatures=["int64(int64, int64, int64)"], reference=lambda a, b, c: a * b + c,
@@ -87,7 +91,6 @@ def _cases(n: int) -> dict[str, Callable[[], Any]]:
     def straight_call(*args: Any) -> Any:
         return table[tuple(keyer(x) for x in args)](args)
 
-    print(f"the executor: {execute!r}; the launch: {launch!r}")
     return {
         "cupy ElementwiseKernel": lambda: ek(a, b, c),
         "gpufuncs call": lambda: floor_muladd(a, b, c),
@@ -102,10 +105,10 @@ def _cases(n: int) -> dict[str, Callable[[], Any]]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def _times(n: int) -> dict[str, float]:
+    """Median µs per call of each case at ``n``, pipelined (see the module's docstring)."""
     import cupy as cp
 
-    n = int(float((argv or sys.argv[1:] or ["1e4"])[0]))
     cases = _cases(n)
     sync = cp.cuda.get_current_stream().synchronize
     for fn in cases.values():
@@ -120,11 +123,30 @@ def main(argv: list[str] | None = None) -> None:
                 fn()
             sync()
             times[label].append((time.perf_counter() - start) / 200 * 1e6)
-    reference = statistics.median(times["cupy ElementwiseKernel"])
-    print(f"n = {n}, pipelined, us per call (and over CuPy's ElementwiseKernel)")
-    for label, samples in times.items():
-        median = statistics.median(samples)
-        print(f"  {label:28s} {median:8.2f}  {median / reference:6.3f}x")
+    return {label: statistics.median(samples) for label, samples in times.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=float, default=[1e4], help="elements (default 1e4)")
+    add_save_argument(parser)
+    opts = parser.parse_args(argv)
+    rows = []
+    for n in map(int, opts.sizes):
+        times = _times(n)
+        reference = times["cupy ElementwiseKernel"]
+        rows += [{"n": n, "call": label, "us": round(us, 2), "/cupy": round(us / reference, 3)}
+                 for label, us in times.items()]
+    columns = ("n", "call", "us", "/cupy")
+    print(format_table(rows, columns))
+    if opts.save:
+        meta = machine_info({"suite": "dispatch floor", "kernel": "int64 a * b + c on CuPy arrays",
+                             "unit": "us per call, pipelined (200 calls then one synchronize, median of 31)",
+                             **_gpu_meta(True)})
+        gpu = meta["gpu"].split()[-1].lower()
+        print("saved", save_results(f"dispatch-floor-{gpu}", rows, columns, meta, opts.save))
+    else:
+        print(not_saved_hint())
 
 
 if __name__ == "__main__":
