@@ -34,7 +34,16 @@ import numpy as np
 
 import gpufuncs as gf
 
-from .harness import add_save_argument, machine_info, measure, measure_pair, missing_module, not_saved_hint
+from .harness import (
+    add_save_argument,
+    format_table,
+    machine_info,
+    measure,
+    measure_pair,
+    missing_module,
+    not_saved_hint,
+    save_results,
+)
 
 MU, SIGMA, W = 0.5, 1.5, 2.0
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
@@ -372,6 +381,19 @@ def _gpu_meta(gpu: bool) -> dict[str, Any]:
     except ImportError:
         return meta
     return {**meta, "torch": torch.__version__}
+
+
+def report_gpu_table(stem: str, rows: list[dict[str, Any]], columns: tuple[str, ...], about: dict[str, Any],
+                     save: Any) -> None:
+    """Print a GPU table and, where ``save`` (``--save``'s folder) is given, save it as
+    ``<stem>-<gpu>.*`` with the machine, the GPU and ``about`` in its header."""
+    print(format_table(rows, columns))
+    if not save:
+        print(not_saved_hint())
+        return
+    meta = machine_info({**about, **_gpu_meta(True)})
+    gpu = meta["gpu"].split()[-1].lower()
+    print("saved", save_results(f"{stem}-{gpu}", rows, columns, meta, save))
 
 
 def _loglik_main(opts: argparse.Namespace) -> None:

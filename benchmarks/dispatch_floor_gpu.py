@@ -28,8 +28,8 @@ import numpy as np
 import gpufuncs as gf
 from gpufuncs.dispatch.args import ABSENT, keyer_of
 
-from .bench_fuse import _gpu_meta
-from .harness import add_save_argument, format_table, machine_info, not_saved_hint, save_results
+from .bench_fuse import report_gpu_table
+from .harness import add_save_argument
 
 
 @gf.ufunc(signatures=["int64(int64, int64, int64)"], reference=lambda a, b, c: a * b + c,
@@ -137,17 +137,10 @@ def main(argv: list[str] | None = None) -> None:
         reference = times["cupy ElementwiseKernel"]
         rows += [{"n": n, "call": label, "us": round(us, 2), "/cupy": round(us / reference, 3)}
                  for label, us in times.items()]
-    columns = ("n", "call", "us", "/cupy")
-    print(format_table(rows, columns))
-    if opts.save:
-        meta = machine_info({"suite": "dispatch floor", "kernel": "int64 a * b + c on CuPy arrays",
-                             "unit": "us per call, pipelined (200 calls then one synchronize, median of 31)",
-                             **_gpu_meta(True)})
-        gpu = meta["gpu"].split()[-1].lower()
-        print("saved", save_results(f"dispatch-floor-{gpu}", rows, columns, meta, opts.save))
-    else:
-        print(not_saved_hint())
-
+    report_gpu_table("dispatch-floor", rows, ("n", "call", "us", "/cupy"),
+                     {"suite": "dispatch floor", "kernel": "int64 a * b + c on CuPy arrays",
+                      "unit": "us per call, pipelined (200 calls then one synchronize, median of 31)"},
+                     opts.save)
 
 if __name__ == "__main__":
     main()

@@ -49,14 +49,14 @@ from .bench_fuse import (
     MU,
     SIGMA,
     W,
-    _gpu_meta,
     cupy_chain,
     fused_chain,
     log_likelihood,
+    report_gpu_table,
     torch_chain,
     torch_loglik,
 )
-from .harness import add_save_argument, format_table, machine_info, not_saved_hint, save_results
+from .harness import add_save_argument
 
 #: Threads a block of the hand-written kernels, and blocks per multiprocessor (grid-stride loops).
 THREADS, BLOCKS_PER_SM = 256, 8
@@ -221,17 +221,9 @@ def main(argv: list[str] | None = None) -> None:
                              "max ulp": round(max_ulps(result(), exact.get(label, exact[name])), 2)})
             rows.append({"function": name, "n": n, "call": "numpy float32 (host)",
                          "max ulp": round(max_ulps(numpy[name], exact[name]), 2)})
-    columns = ("function", "n", "call", "gpu us", "fused/this", "max ulp")
-    print(format_table(rows, columns))
-    if opts.save:
-        meta = machine_info({"suite": "fuse floor", "dtype": "float32",
-                             "unit": "GPU us per call (20 calls between two events, median of 15)",
-                             **_gpu_meta(True)})
-        gpu = meta["gpu"].split()[-1].lower()
-        print("saved", save_results(f"fuse-floor-{gpu}", rows, columns, meta, opts.save))
-    else:
-        print(not_saved_hint())
-
+    report_gpu_table("fuse-floor", rows, ("function", "n", "call", "gpu us", "fused/this", "max ulp"),
+                     {"suite": "fuse floor", "dtype": "float32",
+                      "unit": "GPU us per call (20 calls between two events, median of 15)"}, opts.save)
 
 if __name__ == "__main__":
     main()
