@@ -132,6 +132,11 @@ REDUCTIONS: tuple[tuple[str, Callable[[Any], Any], Any, Callable[[int], tuple[in
      lambda n: (n // 1000, 1000)),
     ("x.sum(axis=1) float64, rows of 10", lambda x: x.sum(axis=1), np.float64, lambda n: (n // 10, 10)),
     ("x.sum(axis=1) float64, rows of 100", lambda x: x.sum(axis=1), np.float64, lambda n: (n // 100, 100)),
+    ("x.sum(axis=1) float64, rows of 1000", lambda x: x.sum(axis=1), np.float64, lambda n: (n // 1000, 1000)),
+    ("x.sum(axis=1) float32, rows of 10", lambda x: x.sum(axis=1), np.float32, lambda n: (n // 10, 10)),
+    ("x.sum(axis=1) float32, rows of 100", lambda x: x.sum(axis=1), np.float32, lambda n: (n // 100, 100)),
+    ("x.sum(axis=1) float32, rows of 1000", lambda x: x.sum(axis=1), np.float32, lambda n: (n // 1000, 1000)),
+    ("x[:10**5].sum() float64", lambda x: x.sum(), np.float64, lambda n: (min(n, 10**5),)),
 )
 
 

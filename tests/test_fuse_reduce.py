@@ -167,15 +167,19 @@ _ROW_SUMS = {"sum": gf.fuse(lambda a: (a * 1).sum(axis=-1)),
 
 
 @pytest.mark.parametrize("target", ["cpu", "parallel"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @given(data=st.data())
-def test_float64_rows_of_up_to_128_values_sum_to_numpys_bits(target, data):
-    """A float64 row of at most 128 values (NumPy's pairwise block) is summed as NumPy sums it:
-    its sum and mean along the last axis, and the sum of a 1-D array of that length, are
-    NumPy's bit for bit, infinities and zeros of both signs included, NaN where NumPy's is (a
-    NaN's sign and payload are the hardware's choice of operand, not a value); a longer row
-    takes the compensated lanes (within NumPy's error, as every other test of sums checks)."""
-    rows, n = data.draw(st.integers(1, 3)), data.draw(st.integers(0, 128))
-    x = data.draw(hnp.arrays(np.float64, (rows, n), elements=st.floats(-1e300, 1e300)))
+def test_rows_sum_to_numpys_bits(target, dtype, data):
+    """A float32 or float64 row is summed as NumPy sums it, in its pairwise order (blocks of
+    at most 128 values in eight running sums, a longer row split in halves): its sum and mean
+    along the last axis, and the sum of a 1-D array of that length, are NumPy's bit for bit,
+    infinities and zeros of both signs included, NaN where NumPy's is (a NaN's sign and
+    payload are the hardware's choice of operand, not a value). Lengths around the blocks'
+    and the vectors' edges, and rows split several times."""
+    rows = data.draw(st.integers(1, 3))
+    n = data.draw(st.one_of(st.integers(0, 140), st.sampled_from([255, 256, 257, 1000, 4099])))
+    big, width = float(np.finfo(dtype).max) / 4, 8 * np.dtype(dtype).itemsize
+    x = data.draw(hnp.arrays(dtype, (rows, n), elements=st.floats(-big, big, width=width)))
     for special in data.draw(st.lists(st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -0.0]), max_size=3)):
         if n:
             x[data.draw(st.integers(0, rows - 1)), data.draw(st.integers(0, n - 1))] = special

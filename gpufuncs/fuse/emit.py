@@ -23,7 +23,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..targets.cpu.loops import scratch, wide_vectors
 from .ops import HELPERS
-from .reduction import BLOCK, COMPENSATED, FOLDED, LANES, Reduction
+from .reduction import BLOCK, COMPENSATED, FOLDED, LANES, PAIRWISE_SUMS, PAIRWISE_TREE, Reduction
 from .trace import Operand, Trace
 
 #: The cast to each dtype, by the name the expressions use (``t_float32(x)``).
@@ -131,14 +131,17 @@ def signature(trace: Trace, arguments: tuple[int, ...], outputs: tuple[int, ...]
 
 def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[int, ...],
                        reduction: Reduction, arrays: tuple[bool, ...],
-                       blocked: bool = True, columns: bool = False) -> types.FunctionType:
+                       blocked: bool = True, columns: bool = False,
+                       numpy_rows: bool = True) -> types.FunctionType:
     """The body of the generalized kernel computing ``reduction`` of ``trace``: for each element
     of its two-dimensional core, the fused value (the scalar function of the reduced symbol,
     called as an ``@njit`` helper), added into the accumulator. Its parameters are the
     ``arguments`` (a ``(m, n)`` core array where ``arrays`` says so, else a scalar) and the
     one-element output. ``blocked``: the host's loops (values in blocks of :data:`BLOCK`, or
     in lanes: see :func:`_in_lanes`); a GPU thread adds one value at a time.
-    ``columns``: the body of ``(m,k)->(k)`` instead (see :func:`_columns`)."""
+    ``columns``: the body of ``(m,k)->(k)`` instead (see :func:`_columns`). ``numpy_rows``: a
+    host float32 or float64 sum of a core of one row is NumPy's (see :func:`_row_as_numpy`);
+    pieces of one reduction keep the compensated sums instead, more accurate than NumPy's."""
     acc, name = reduction.dtype, reduction.name
     mapped = numba.njit(scalar_function(trace, like, arguments, (reduction.symbol,)))
     start = reduction.start if name == "reduce" else _initial(name, acc)
@@ -161,7 +164,7 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     elif blocked and name in ("min", "max"):
         lines = _extreme_in_lanes(name, cast, first, loops)
     elif name in ("sum", "mean") and acc.kind in "fc":
-        lines = _compensated(acc, cast, first, loops, blocked)
+        lines = _compensated(acc, cast, first, loops, blocked, numpy_rows)
     else:
         lines = ["    s = k_init", *loops, f"            v = {cast}",
                  f"            s = {_COMBINE[name].format(acc=acc.name, s='s')}", "    out[0] = s"]
@@ -172,6 +175,11 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     body = scope[f"reduce_{name}"]
     body.__qualname__, body.__module__ = f"{like.__qualname__}.{name}", like.__module__
     body.source = "\n".join(lines) + "\n\n" + mapped.py_func.source
+    if not columns:
+        # Compiled without Numba's reference counting (it allocates nothing): its core views'
+        # counts, an atomic increment and decrement a row, were left in wherever Numba's
+        # pruning gave up on the body's branches (a row of 10 float32 values: 3x NumPy's time).
+        body.numba_options = {"_nrt": False}
     return body
 
 
@@ -284,35 +292,46 @@ def _sum_in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
             "    out[0] = lanes_total(lane_s, lane_e, k_init, used)"]
 
 
-def _short_row_as_numpy(cast: str, first: str, lines: list[str]) -> list[str]:
-    """A host float64 sum's statements ``lines``, after a branch that sums a core of one row of
-    at most :data:`.reduction.BLOCK` values as NumPy sums it
-    (:func:`.reduction.numpy_short_sum`): NumPy's bits, and its accuracy, where the lanes'
-    fixed costs per row (128 slots set, the fold, the compensated total) made a fused
-    ``sum(axis=1)`` of rows of 10 to 100 values 1.7-2.4x NumPy's (2-core machine). The row's
-    values go through a buffer: the summation in the kernel's own body made it too long for
-    LLVM to inline into the rows loop, and each row then paid a call (2-4x slower)."""
+def _row_as_numpy(cast: str, first: str, lines: list[str]) -> list[str]:
+    """A host floating sum's statements ``lines``, after branches that sum a core of one row
+    as NumPy sums it, in its pairwise order (see :func:`.reduction.pairwise_next`): NumPy's
+    bits, where NumPy reduces the row in one inner loop (a C-ordered array's rows, strided or
+    not, and a 1-D array; along another order, rows of a Fortran array, it is at least as
+    accurate). The values go block by block through a buffer that helpers sum: the summation
+    in the kernel's own body made it too long for LLVM to inline into the rows loop (a call a
+    row, 2-4x slower)."""
     return [f"    if {first}.shape[0] == 1 and {first}.shape[1] <= {BLOCK}:",
             f"        row = scratch({BLOCK}, k_type)", "        ui = t_uint64(0)",
             f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)",
             f"            row[uj] = {cast}",
-            f"        out[0] = numpy_short_sum(row, {first}.shape[1], k_init)",
+            f"        out[0] = pairwise_short(row, {first}.shape[1], k_init)",
+            f"    elif {first}.shape[0] == 1:", f"        row = scratch({BLOCK}, k_type)",
+            f"        tree = scratch({PAIRWISE_TREE}, t_int64)",
+            f"        sums = scratch({PAIRWISE_SUMS}, k_type)", "        ui = t_uint64(0)",
+            f"        pairwise_begin(tree, {first}.shape[1])", "        j0 = 0",
+            "        m = pairwise_next(tree, sums)", "        while m:", "            for k in range(m):",
+            "                uj = t_uint64(j0 + k)", f"                row[t_uint64(k)] = {cast}",
+            "            pairwise_leaf(tree, sums, row, m)", "            j0 += m",
+            "            m = pairwise_next(tree, sums)",
+            "        out[0] = pairwise_total(tree, sums, k_init)",
             "    else:", *(f"    {line}" for line in lines)]
 
 
-def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
+def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool,
+                 numpy_rows: bool) -> list[str]:
     """A floating sum's statements: each value (or, ``blocked``, each block's sum, see
     :func:`.reduction.wide_block_sum`) added with Neumaier's compensation, real and imaginary
-    parts apart; float64 (complex128) values on the host go :func:`_sum_in_lanes` instead
-    (a float64 row of at most 128 values :func:`_short_row_as_numpy`). On the
-    host, ``float32`` and ``complex64`` values are summed in ``float64`` (a block's plain sum
-    there loses less than the compensated float32 one, and vectorizes), the total rounded once
-    to the accumulation dtype."""
+    parts apart; float64 (complex128) values on the host go :func:`_sum_in_lanes` instead.
+    On the host, ``float32`` and ``complex64`` values are summed in ``float64`` (a block's
+    plain sum there loses less than the compensated float32 one, and vectorizes), the total
+    rounded once to the accumulation dtype; and a float32 or float64 core of one row is
+    summed as NumPy sums it (:func:`_row_as_numpy`)."""
     part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
     wide = np.dtype(np.float64) if blocked else part  # (a GPU thread sums in the dtype itself)
+    as_numpy = blocked and numpy_rows and acc in (np.float32, np.float64)
     if blocked and part.itemsize == wide.itemsize:
         lanes = _sum_in_lanes(cast, first, loops)
-        return _short_row_as_numpy(cast, first, lanes) if acc.kind == "f" else lanes
+        return _row_as_numpy(cast, first, lanes) if as_numpy else lanes
     parts = ("r", "i") if acc.kind == "c" else ("r",)
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:  # float32 (complex64) values, summed in float64 (complex128)
@@ -324,7 +343,8 @@ def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked
         lines += [f"            p, q = compensated_add(s{k}, c{k}, t_{wide.name}({component}))",
                   f"            s{k} = p", f"            c{k} = q"]
     totals = [f"t_{part.name}(compensated_total(s{k}, c{k}))" for k in parts]
-    return [*lines, f"    out[0] = {'complex(' + ', '.join(totals) + ')' if acc.kind == 'c' else totals[0]}"]
+    lines.append(f"    out[0] = {'complex(' + ', '.join(totals) + ')' if acc.kind == 'c' else totals[0]}")
+    return _row_as_numpy(cast, first, lines) if as_numpy else lines
 
 
 def _initial(name: str, dtype: np.dtype) -> Any:

@@ -192,7 +192,10 @@ class CpuKernel:
                     cache.name_after(copy, key)
                 return copy
 
-            jit = numba.njit(**loops.options(), **_checks(self.spec))
+            # (and the options the function asks for: a fused reduction's body, made by
+            # gpufuncs.fuse.emit.reduction_function, is compiled without reference counts)
+            jit = numba.njit(**loops.options(), **_checks(self.spec),
+                             **getattr(self.spec.pyfunc, "numba_options", {}))
             self._scalar = jit(compiled_body(self.spec, prepare, jit))
         return self._scalar
 
