@@ -298,8 +298,7 @@ def _row_as_numpy(cast: str, first: str, lines: list[str]) -> list[str]:
     bits, where NumPy reduces the row in one inner loop (a C-ordered array's rows, strided or
     not, and a 1-D array; along another order, rows of a Fortran array, it is at least as
     accurate). The values go block by block through a buffer that the helpers sum, its eight
-    running sums one vector (:func:`.reduction.numpy_block_sum`): the same sums written in the
-    body stayed scalar."""
+    running sums one vector (:func:`.reduction.numpy_block_sum`)."""
     return [f"    if {first}.shape[0] == 1 and {first}.shape[1] <= {BLOCK}:",
             f"        row = scratch({BLOCK}, k_type)", "        ui = t_uint64(0)",
             f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)",
