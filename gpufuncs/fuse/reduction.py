@@ -757,13 +757,19 @@ def _eight_lanes(typingctx: Any, values: Any, whole: Any) -> Any:
     return types.UniTuple(dtype, 8)(values, whole), codegen
 
 
+#: The pairwise helpers take the kernels' stack arrays (:func:`..targets.cpu.loops.scratch`), which
+#: no reference counts keep (as the kernels' bodies, they compile without them), and LLVM
+#: inlines them (Numba's own ``inline="always"`` made a fused sum's first call 0.1 s longer).
+_stack_helper = numba.njit(_nrt=False)
+
+
 #: From this many values a block's eight running sums are one vector (:func:`_eight_lanes`): a
 #: vector load of values just stored one by one waits for the stores (store-to-load forwarding
 #: fails), a few ns that a row of 10 values does not make up.
 _VECTOR_LANES_FROM = 32
 
 
-@numba.njit(inline="always")
+@_stack_helper
 def numpy_block_sum(values, n):
     """``values[:n]`` (``0 < n <= BLOCK``) summed as the base case of NumPy's pairwise
     summation: fewer than 8 values one after the other from ``-0.0``, else eight running sums
@@ -792,26 +798,30 @@ def numpy_block_sum(values, n):
 # NumPy's pairwise summation of a row of n values, without recursion, for a kernel that computes
 # the row's values block by block (the values are not stored: a row is read once). NumPy sums n
 # <= BLOCK values as numpy_block_sum does and splits a longer row at n // 2 rounded down to a
-# multiple of 8, the sum of the halves' sums. The kernel asks pairwise_next for the length of the
-# next block (the next leaf of that tree, left to right), fills it, and hands it to
-# pairwise_leaf; when pairwise_next answers 0, pairwise_total is the sum. ``tree`` (int64, of
-# PAIRWISE_TREE) holds the count of pending entries, the count of partial sums, then the
-# entries: a length to split or sum, or -1, the add of the two latest partial sums (in
-# ``sums``, of PAIRWISE_SUMS). Each split pends its two halves and their add: at most two
-# entries a level, and a row of n values has fewer than 64 levels.
+# multiple of 8, the sum of the halves' sums. pairwise_begin gives the length of the first
+# block (the first leaf of that tree); the kernel fills it and hands it to pairwise_leaf, and
+# asks pairwise_next for the next one, left to right; when that is 0, pairwise_total is the
+# sum. ``tree`` (int64, of PAIRWISE_TREE) holds the count of pending entries, the count of
+# partial sums, then the entries: a length to split or sum, or -1, the add of the two latest
+# partial sums (in ``sums``, of PAIRWISE_SUMS). Each split pends its two halves and their add:
+# at most two entries a level, and a row of n values has fewer than 64 levels.
 
 #: The sizes of the ``tree`` and ``sums`` scratch arrays of the pairwise helpers.
 PAIRWISE_TREE, PAIRWISE_SUMS = 2 + 2 * 64, 64
 
 
-@numba.njit(inline="always")
-def pairwise_begin(tree, n):
-    """Start the pairwise summation of a row of ``n`` values (see above)."""
-    tree[0], tree[1] = (1, 0) if n else (0, 0)
-    tree[2] = n
+@_stack_helper
+def pairwise_begin(tree, sums, n):
+    """Start the pairwise summation of a row of ``n`` values (see above): the length of its
+    first block (0 for none). A row of one block has nothing pending (it is most rows)."""
+    tree[0], tree[1] = 0, 0
+    if n <= BLOCK:
+        return n
+    tree[0], tree[2] = 1, n
+    return pairwise_next(tree, sums)
 
 
-@numba.njit(inline="always")
+@_stack_helper
 def pairwise_next(tree, sums):
     """The length of the next block of the row (0: the row is summed), after adding the
     partial sums whose halves are both summed."""
@@ -833,21 +843,14 @@ def pairwise_next(tree, sums):
     return 0
 
 
-@numba.njit(inline="always")
+@_stack_helper
 def pairwise_leaf(tree, sums, values, n):
     """Sum the block ``values[:n]`` that :func:`pairwise_next` asked for."""
     sums[tree[1]] = numpy_block_sum(values, n)
     tree[1] += 1
 
 
-@numba.njit(inline="always")
-def pairwise_short(values, n, zero):
-    """A row of ``n`` values, at most a block, summed as NumPy sums it (the identity ``zero``
-    for none)."""
-    return zero + numpy_block_sum(values, n) if n else zero
-
-
-@numba.njit(inline="always")
+@_stack_helper
 def pairwise_total(tree, sums, zero):
     """The row's sum once :func:`pairwise_next` answered 0, added to the reduction's identity
     ``zero`` as NumPy's ``add.reduce`` adds it (zeros of either sign sum to ``+0.0``)."""
@@ -930,4 +933,4 @@ FOLDED = 8
 #: The helpers by the names the reduction kernels' text uses.
 COMPENSATED = {f.py_func.__name__: f
                for f in (compensated_add, compensated_total, wide_block_sum, lane_add, lanes_total,
-                         pairwise_short, pairwise_begin, pairwise_next, pairwise_leaf, pairwise_total)}
+                         pairwise_begin, pairwise_next, pairwise_leaf, pairwise_total)}
