@@ -175,10 +175,11 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     body = scope[f"reduce_{name}"]
     body.__qualname__, body.__module__ = f"{like.__qualname__}.{name}", like.__module__
     body.source = "\n".join(lines) + "\n\n" + mapped.py_func.source
-    if not columns:
-        # Compiled without Numba's reference counting (it allocates nothing): its core views'
-        # counts, an atomic increment and decrement a row, were left in wherever Numba's
-        # pruning gave up on the body's branches (a row of 10 float32 values: 3x NumPy's time).
+    if blocked and not columns:
+        # A host body is compiled without Numba's reference counting (it allocates nothing; the
+        # columns' body does, and the GPU's ignore the options): its core views' counts, an
+        # atomic increment and decrement a row, were left in wherever Numba's pruning gave up
+        # on the body's branches (a row of 10 float32 values: 3x NumPy's time).
         body.numba_options = {"_nrt": False}
     return body
 
