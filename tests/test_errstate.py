@@ -586,6 +586,11 @@ def cmultiply(x, y):
     return x * y
 
 
+@gf.ufunc(signatures=["UniTuple(float64, 2)(float64, float64)"])
+def float_divmod(x, y):  # two outputs: each result checked, the kinds of both reported
+    return divmod(x, y)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_cuda_kinds_match_numpy_on_host_arrays(case):
@@ -604,8 +609,13 @@ def test_cuda_kinds_match_numpy_on_host_arrays(case):
     (cmultiply, np.multiply, (full(complex(np.nan, 1), np.complex128), full(1j, np.complex128))),
     (multiply, np.multiply, (full(300.0, np.float16), full(300.0, np.float16))),  # float16 result
     (multiply, np.multiply, (full(100.0, np.float16), full(100.0, np.float16))),
+    (float_divmod, np.divmod, (full(1.0), full(0.0))),  # (inf, nan): divide by zero, invalid
+    (float_divmod, np.divmod, (full(0.0), full(0.0))),
+    (float_divmod, np.divmod, (full(np.inf), full(1.0))),
+    (float_divmod, np.divmod, (full(7.5), full(-2.0))),
 ], ids=["int-zero-divisor", "zero-by-int-zero", "finite", "complex-overflow", "complex-inf-times-i",
-        "complex-nan", "float16-overflow", "float16-finite"])
+        "complex-nan", "float16-overflow", "float16-finite", "divmod-by-zero", "divmod-zero-by-zero",
+        "divmod-inf", "divmod-finite"])
 def test_cuda_kinds_of_mixed_complex_and_float16_results(kernel, reference, args):
     expected = numpy_kinds(reference, *args)
     assert gf_kinds(kernel, *args, target="cuda") == expected

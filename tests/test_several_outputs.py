@@ -128,6 +128,19 @@ def test_out_tuples_none_entries_and_positional_outputs(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_flat_arrays_every_element_of_every_output(dtype, target):
+    """Enough elements for the GPU's elementwise template to stage several per thread (an
+    H200: 135,168 float32 elements and more), with a partial last block; every element of
+    both outputs is NumPy's."""
+    x = np.random.default_rng(7).uniform(-1e6, 1e6, 400_003 if not SIMULATED else 1001).astype(dtype)
+    x[::97] = np.inf
+    x[5::101] = np.nan
+    with np.errstate(invalid="ignore"):  # (the host's vector compare of NaN in outs_modf's test)
+        same(outs_modf(x, target=target), np.modf(x))
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_strided_broadcast_and_scalar_inputs(target):
     a = np.arange(-20, 20, dtype=np.float64).reshape(8, 5)[::2, ::-2]
     b = np.array([3.0, -2.5, 0.5])[:, None][[0, 1, 2, 0]]

@@ -24,6 +24,7 @@ from ..base import REPLACEMENTS, compiling, no_flags, numpys_integer_division
 from ..compose import compiled_body
 from . import cubins
 from .compat import SIMULATED, compiled_cubin, exact_remainder, loaded_kernel
+from .launch import runs_elementwise
 from .runtime import BLOCK, Runtime
 
 
@@ -46,7 +47,7 @@ def elements_per_thread(spec: KernelSpec, staged: np.dtype | None, n: int, multi
     thread compute one after the other (measured on an H100 at 10^3 float32 elements: 2.6 us
     against 2.2 us of GPU time, the same as CuPy's). Array inputs of several loop types take one
     element per thread (see ``kernels.ufunc_kernel``)."""
-    if spec.layout is not None or staged is None:
+    if not runs_elementwise(spec) or staged is None:
         return 1
     per_thread = max(1, 16 // staged.itemsize)
     return per_thread if n >= BLOCK * per_thread * multiprocessors else 1
@@ -145,7 +146,7 @@ class CudaKernels:
 
     def _staged(self, loop: Loop, argtypes: tuple[types.Type, ...]) -> np.dtype | None:
         """:func:`staged_dtype` of an elementwise kernel's inputs (``argtypes[0]``)."""
-        return staged_dtype(loop, argtypes[0]) if self.spec.layout is None else None
+        return staged_dtype(loop, argtypes[0]) if runs_elementwise(self.spec) else None
 
     def _dispatcher(self, loop: Loop, per_thread: int, staged: np.dtype | None) -> Any:
         found = self._dispatchers.get((loop.signature, per_thread, staged))
@@ -156,7 +157,7 @@ class CudaKernels:
 
             spec = self.spec
             zeros = tuple(d.type(0) for d in loop.inputs + loop.outputs)  # a type per argument
-            if spec.layout is None:
+            if runs_elementwise(spec):
                 body = ufunc_kernel(self.device_function, zeros[: spec.nin], per_thread, staged)
             else:
                 body = gufunc_kernel(self.device_function, zeros)

@@ -19,7 +19,7 @@ from numba import cuda
 from numba.core.registry import CPUDispatcher
 
 from ...spec import KernelSpec, kernel_spec
-from ..compose import Copies, compiled_body, rebind
+from ..compose import Copies, rebind
 from ..numpy_complex import cuda_rounded_multiply, numpy_arithmetic, register_cuda, rounded_multiply
 from ..numpy_complex import swapped as numpy_cmath
 from .compat import SIMULATED
@@ -45,9 +45,9 @@ def device_function(pyfunc: types.FunctionType) -> Any:
 
 def kernel_device_function(spec: KernelSpec) -> Any:
     """The device function a kernel's CUDA kernels call: :func:`device_function` of its scalar
-    function, or of the function storing its several results (see
-    :func:`~gpufuncs.targets.compose.compiled_body`)."""
-    return cuda.jit(**DEVICE_OPTIONS)(compiled_body(spec, for_device, cuda.jit(**DEVICE_OPTIONS)))
+    function (for a kernel of several outputs too: the elementwise template stores the tuple it
+    returns, see ``launch.runs_elementwise``), or of a gufunc's."""
+    return device_function(spec.pyfunc)
 
 
 def _swapped(value: Any) -> Any:

@@ -11,7 +11,8 @@ its stored results back and classifies them from their arguments (:func:`flag`):
 
 Underflow leaves no trace in the values (a tiny or zero result is also what exact arithmetic
 gives): it is never reported (NumPy ignores it by default). Integer and bool results never flag.
-Kernels with core dimensions (gufuncs) and kernels with several outputs are not checked.
+Kernels with core dimensions (gufuncs) are not checked; a kernel of several outputs checks each
+result, and reports the kinds of all of them.
 
 Each thread gathers its elements' kinds in a register; a warp that found any ORs them across its
 lanes and its first lane stores each kind found as one byte into a *flag slot*: four bytes of

@@ -28,8 +28,10 @@ views are gone. The lanes, threads and pool are the cuda target's (:class:`Resou
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
+import operator
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -548,7 +550,8 @@ def run(spec: KernelSpec, decisions: _Decisions, launches: _Launches, plan: Plan
         _run_on_all(pipeline, devices, chunks)
     status = pipeline.status()  # the last copies back have waited for every kernel
     if status and where is not True:  # (the kernels computed the masked-out elements too)
-        status = masked_status(status, results[0], inputs, plan.loop.compiled.inputs, where)
+        status = functools.reduce(operator.or_, (
+            masked_status(status, result, inputs, plan.loop.compiled.inputs, where) for result in results))
     if status:
         report(status, spec.name)
     return results

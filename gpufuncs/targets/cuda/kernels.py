@@ -61,6 +61,31 @@ def _get(p, s, i, shape):
     return p[_offset(i, shape, s) if shape else i]
 
 
+def _results(r):
+    """A kernel's value as the tuple of its results: ``(r,)``, or ``r`` for several outputs."""
+    return r if isinstance(r, tuple) else (r,)
+
+
+def _store(outs, souts, i, shape, results):
+    """Store each of ``results`` at loop element ``i`` of its output (see :func:`_put`)."""
+    for p, s, r in zip(outs, souts, results):
+        _put(p, s, i, shape, r)
+
+
+def _finite(outs, results):
+    """Whether every result is finite as stored into its output (:func:`.fpflags.finite_in`)."""
+    return all(finite_in(p, r) for p, r in zip(outs, results))
+
+
+def _flags(outs, souts, i, shape, args):
+    """The kinds of floating-point error of loop element ``i``'s stored results
+    (:func:`.fpflags.flag`), from the arguments they were computed from."""
+    bits = 0
+    for p, s in zip(outs, souts):
+        bits |= flag(_get(p, s, i, shape), args)
+    return bits
+
+
 def _arg(a, s, i, shape, zero):
     """A kernel argument: the core view of a core operand, else the element cast like ``zero``."""
     if isinstance(a, SimCore):
@@ -166,6 +191,35 @@ if not SIMULATED:
             return lambda vals, k, full, rest, zeros: (cast(rest[0]),) + _row(vals, k, full, rest[1:], zeros)
         return lambda vals, k, full, rest, zeros: (vals[j, k],) + _row(vals, k, full, rest[1:], zeros)
 
+    @overload(_results, inline="always")
+    def _results_typing(r):
+        if isinstance(r, types.BaseTuple):
+            return lambda r: r
+        return lambda r: (r,)
+
+    @overload(_store, inline="always")
+    def _store_typing(outs, souts, i, shape, results):
+        if len(outs) == 0:
+            return lambda outs, souts, i, shape, results: None
+
+        def impl(outs, souts, i, shape, results):
+            _put(outs[0], souts[0], i, shape, results[0])
+            _store(outs[1:], souts[1:], i, shape, results[1:])
+        return impl
+
+    @overload(_finite, inline="always")
+    def _finite_typing(outs, results):
+        if len(outs) == 0:
+            return lambda outs, results: True
+        return lambda outs, results: finite_in(outs[0], results[0]) and _finite(outs[1:], results[1:])
+
+    @overload(_flags, inline="always")
+    def _flags_typing(outs, souts, i, shape, args):
+        if len(outs) == 0:
+            return lambda outs, souts, i, shape, args: 0
+        return lambda outs, souts, i, shape, args: (
+            flag(_get(outs[0], souts[0], i, shape), args) | _flags(outs[1:], souts[1:], i, shape, args))
+
     @overload(_args, inline="always")
     def _args_typing(ops, sops, i, shape, zeros):
         if len(ops) == 0:
@@ -187,15 +241,16 @@ def _quiet(dev: Any) -> Any:
 
 def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int,
                  staged: np.dtype | None) -> Callable[..., None]:
-    """An elementwise kernel: ``out = dev(*ins)`` over the loop, where ``w`` is true; input ``j``
-    is cast to the type of ``zeros[j]`` (a NumPy scalar of its loop type). ``staged`` is the
-    loop type of every input passed as an array (see ``compile.staged_dtype``), ``None`` where
-    they have several.
+    """An elementwise kernel: ``outs = dev(*ins)`` over the loop, where ``w`` is true; input
+    ``j`` is cast to the type of ``zeros[j]`` (a NumPy scalar of its loop type). ``dev``
+    returns one value, or a tuple of one per output (a kernel of several outputs). ``staged``
+    is the loop type of every input passed as an array (see ``compile.staged_dtype``),
+    ``None`` where they have several.
 
-    Parameters: the inputs (pointers or scalars) and their element strides, the output and its
-    strides, the ``where`` mask (a pointer, or 1 by value) and its strides, the flag slot (a
-    pointer to four bytes, see :mod:`.fpflags`), the loop shape (``()`` on the flat path) and the
-    element count.
+    Parameters: the inputs (pointers or scalars) and their element strides, the outputs (a
+    tuple of pointers) and theirs, the ``where`` mask (a pointer, or 1 by value) and its
+    strides, the flag slot (a pointer to four bytes, see :mod:`.fpflags`), the loop shape
+    (``()`` on the flat path) and the element count.
 
     A thread handles ``per_thread`` elements, ``blockDim`` apart (each warp access stays
     coalesced), and loads all of them before computing any: with one 4-byte element per thread
@@ -208,10 +263,10 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int,
 
     Each result is checked for floating-point errors, unless ``GPUFUNCS_FPSTATUS=0`` (``check``
     is a closure constant: the check compiles away, and the disk cache keys the two variants
-    apart). Per element one compare (:func:`.fpflags.finite_in`: finite as stored); only a thread
-    that found a value that is not finite reads its stored results back and classifies them
-    (:func:`.fpflags.flag`) from the arguments it still holds, and every thread ends with
-    :func:`.fpflags.publish` (a warp vote; stores only where something was found).
+    apart). Per element one compare per output (:func:`.fpflags.finite_in`: finite as stored);
+    only a thread that found a value that is not finite reads its stored results back and
+    classifies them (:func:`.fpflags.flag`) from the arguments it still holds, and every thread
+    ends with :func:`.fpflags.publish` (a warp vote; stores only where something was found).
     """
     nin = len(zeros)
     check = fpflags.ENABLED
@@ -220,22 +275,22 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int,
     if staged is None:
         assert per_thread == 1
 
-        def mixed(ins, sins, out, so, w, sw, flags, shape, n):
+        def mixed(ins, sins, outs, souts, w, sw, flags, shape, n):
             i = cuda.grid(1)
             bits = 0
             if i < n and _at(w, sw, i, shape):
                 args = _args(ins, sins, i, shape, zeros)
-                r = dev(*args)
-                _put(out, so, i, shape, r)
-                if check and not finite_in(out, r):
-                    bits = flag(_get(out, so, i, shape), args)
+                results = _results(dev(*args))
+                _store(outs, souts, i, shape, results)
+                if check and not _finite(outs, results):
+                    bits = _flags(outs, souts, i, shape, args)
             if check:
                 publish(flags, bits)
 
         return mixed
     cast = from_dtype(staged)
 
-    def kernel(ins, sins, out, so, w, sw, flags, shape, n):
+    def kernel(ins, sins, outs, souts, w, sw, flags, shape, n):
         first = cuda.blockIdx.x * cuda.blockDim.x * per_thread + cuda.threadIdx.x
         vals = cuda.local.array((nin, per_thread), cast)
         for k in range(per_thread):
@@ -246,17 +301,17 @@ def ufunc_kernel(dev: Any, zeros: tuple[Any, ...], per_thread: int,
         for k in range(per_thread):
             i = first + k * cuda.blockDim.x
             if i < n and _at(w, sw, i, shape):
-                r = dev(*_row(vals, k, ins, ins, zeros))
-                _put(out, so, i, shape, r)
+                results = _results(dev(*_row(vals, k, ins, ins, zeros)))
+                _store(outs, souts, i, shape, results)
                 if check:
-                    bad |= not finite_in(out, r)
+                    bad |= not _finite(outs, results)
         if check:
             bits = 0
             if bad:  # rare: classify this thread's elements from what they stored
                 for k in range(per_thread):
                     i = first + k * cuda.blockDim.x
                     if i < n and _at(w, sw, i, shape):
-                        bits |= flag(_get(out, so, i, shape), _row(vals, k, ins, ins, zeros))
+                        bits |= _flags(outs, souts, i, shape, _row(vals, k, ins, ins, zeros))
             publish(flags, bits)
 
     return kernel

@@ -20,13 +20,22 @@ import numpy as np
 from numba.core import types
 from numba.np.numpy_support import from_dtype
 
-from ...spec import Loop
+from ...spec import KernelSpec, Loop
 from ..base import c_strides, collapse
 from . import fpflags
 from .compat import SimCore, SimPointer
 from .runtime import BLOCK, Runtime
 
 _ONE = np.uint8(1)  # ``where`` when nothing is masked: passed by value, folded by the compiler
+
+
+def runs_elementwise(spec: KernelSpec) -> bool:
+    """Whether ``spec`` runs the elementwise template (``kernels.ufunc_kernel``): an
+    elementwise kernel, also one of several outputs, which calls plan as its gufunc form of
+    ``()`` operands only (see :attr:`KernelSpec.executed`) and which runs here as the
+    elementwise kernel it is (array inputs staged, results checked for floating-point errors,
+    no one-element core views)."""
+    return spec.layout is None or spec.tuple_results
 
 
 @dataclass(frozen=True)
@@ -285,7 +294,8 @@ class LaunchPlan:
             shape, strides = _indexing(every, loop_shape) if self.n else ((), [()] * len(every))
         except ValueError as exc:  # a layout the kernels cannot index: say which kernel
             raise ValueError(f"{spec.name}: {exc}") from None
-        as_array = spec.array_args if spec.layout is not None else ()
+        elementwise = runs_elementwise(spec)
+        as_array = spec.array_args if not elementwise else ()
         params = []
         for index, (op, s) in enumerate(zip(every, strides)):
             hole = _Hole(index, op.kernel_dtype if op.array else op.dtype, op.array)
@@ -299,13 +309,14 @@ class LaunchPlan:
                 params.append((hole, s))
         w, sw = params.pop() if where is not None else (_ONE, ())
         #: Whether there is :attr:`launch_flagged`: an elementwise plan, its results checked.
-        self.takes_flags = spec.layout is None and report and fpflags.ENABLED
+        self.takes_flags = elementwise and report and fpflags.ENABLED
         flagged: tuple[Any, ...] = ()
-        if spec.layout is None:
-            (out, so), ins = params[-1], params[:-1]
+        if elementwise:
+            ins, outs = params[:len(inputs)], params[len(inputs):]
             # The flag slot after the mask: :attr:`launch` passes the unread slot as a constant
             # (its per-call values still fill the first parameter slots: one struct call).
-            head = (tuple(p for p, _ in ins), tuple(s for _, s in ins), out, so, w, sw)
+            head = (tuple(p for p, _ in ins), tuple(s for _, s in ins),
+                    tuple(p for p, _ in outs), tuple(s for _, s in outs), w, sw)
             self.params: tuple[Any, ...] = (*head, _Fixed(runtime.flag_ring().discard, np.dtype(np.uint8)),
                                             shape, self.n)
             flagged = (*head, _Hole(len(every), np.dtype(np.uint8), True), shape, self.n)
