@@ -121,7 +121,7 @@ def gpu_rows(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
                                        rtol=1e-12, atol=1e-12)
             ours, theirs = functools.partial(kernel, *args), functools.partial(reference, *args)
             each = measure_pair(ours, theirs, sync=sync, repeat=201)
-            piped = measure_pair(ours, theirs, sync=sync, warmup=20, repeat=15, inner=PIPELINE)
+            piped = measure_pair(ours, theirs, sync=sync, warmup=20, repeat=41, inner=PIPELINE)
             row = {"kernel": label, "n": n,
                    "call+sync us": round(each[0] * 1e6, 2), "cupy call+sync us": round(each[1] * 1e6, 2),
                    "call+sync /cupy": round(each[0] / each[1], 3),
