@@ -15,6 +15,9 @@ by the GPU's arithmetic, not by memory; this splits the time by what computes it
 - ``hand, plain``: the same with the textbook formula (``exp(-0.5 z z) / (s sqrt(2 pi))``);
 - ``hand, fast math``: the plain one compiled with ``fastmath=True`` (approximate ``exp``,
   ``log`` and division, as ``torch.compile``'s Triton code may use);
+- ``..., 16-byte``: the chain's kernels' math and plain one again, each thread moving four
+  neighbouring values with one 16-byte load and store (``ld/st.global.v4``, as Triton's code
+  does) instead of a grid-stride loop of single values: the access pattern's share;
 - the anchors: ``torch.compile`` (default mode, after its warm-up), ``cupy.fuse`` (chain) and
   ``cp.sum(x)`` (log-likelihood).
 
@@ -34,6 +37,7 @@ into ``DIR``).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 from collections.abc import Callable
@@ -83,6 +87,62 @@ def _chain_kernel(gaussian: Any, clamp: Any, fastmath: bool) -> Any:
         for i in range(start, x.size, stride):
             v = x[i]
             y[i] = clamp(gaussian(v, mu, s) * w + math.exp(-v), float32(0), float32(1))
+
+    return chain
+
+
+@functools.cache
+def _vectors() -> tuple[Any, Any]:
+    """``load4(a, i)`` and ``store4(a, i, v0, v1, v2, v3)``: four float32 values at ``a[i]``
+    (16-byte aligned) as one vector load or store."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.cuda.extending import intrinsic
+
+    vector = ir.VectorType(ir.FloatType(), 4)
+
+    def address(context: Any, builder: Any, array_type: Any, array: Any, index: Any) -> Any:
+        data = context.make_array(array_type)(context, builder, array).data
+        return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
+
+    @intrinsic
+    def load4(typingctx: Any, a: Any, i: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            v = builder.load(address(context, builder, sig.args[0], *args), align=16)
+            return context.make_tuple(builder, sig.return_type, [
+                builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(4)])
+        return types.UniTuple(types.float32, 4)(a, i), codegen
+
+    @intrinsic
+    def store4(typingctx: Any, a: Any, i: Any, v0: Any, v1: Any, v2: Any, v3: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            v = ir.Constant(vector, ir.Undefined)
+            for k in range(4):
+                v = builder.insert_element(v, args[2 + k], ir.Constant(ir.IntType(32), k))
+            builder.store(v, address(context, builder, sig.args[0], args[0], args[1]), align=16)
+            return context.get_dummy_value()
+        return types.void(a, i, v0, v1, v2, v3), codegen
+
+    return load4, store4
+
+
+def _vector_chain_kernel(gaussian: Any, clamp: Any) -> Any:
+    """The chain with each thread's four neighbouring values moved 16 bytes at a time."""
+    load4, store4 = _vectors()
+
+    @cuda.jit(device=True, inline=True)
+    def one(v, mu, s, w):
+        return clamp(gaussian(v, mu, s) * w + math.exp(-v), float32(0), float32(1))
+
+    @cuda.jit
+    def chain(x, y, mu, s, w):
+        i = cuda.grid(1) * 4
+        if i + 3 < x.size:
+            a, b, c, d = load4(x, i)
+            store4(y, i, one(a, mu, s, w), one(b, mu, s, w), one(c, mu, s, w), one(d, mu, s, w))
+        else:
+            for k in range(i, x.size):
+                y[k] = one(x[k], mu, s, w)
 
     return chain
 
@@ -154,6 +214,10 @@ def _cases(n: int) -> tuple[np.ndarray, dict[str, Calls]]:
         loglik_k = _loglik_kernel(gaussian, fast)[blocks, THREADS]
         chain[label] = _written(lambda k=chain_k: k(x, y, mu, s, w), y)
         loglik[label] = _written(lambda k=loglik_k: k(x, total, mu, s), total)
+    vector_blocks = -(-n // (4 * THREADS))
+    for label, (gaussian, clamp, _) in list(_variants().items())[:2]:
+        chain_k = _vector_chain_kernel(gaussian, clamp)[vector_blocks, THREADS]
+        chain[f"{label}, 16-byte"] = _written(lambda k=chain_k: k(x, y, mu, s, w), y)
     chain["torch.compile"] = _timed(lambda: compiled_chain(t))
     chain["cupy.fuse"] = _timed(lambda: cupy_chain()(x, mu, s, w))
     loglik["torch.compile"] = _timed(lambda: compiled_loglik(t))
