@@ -233,6 +233,24 @@ def _verdicts(meta: dict[str, Any]) -> list[str]:
             if isinstance(value, str) and ("met" in value.split() or "NOT MET" in value)]
 
 
+def _arithmetic_floor(name: str, slower: list[dict[str, Any]]) -> list[str]:
+    """For the rows where NumPy is faster, the same function's arithmetic alone against
+    NumPy's on the same machine (``bench_vecmath``'s bare loop, ``vecmath*.json``), where
+    measured: the floor that bounds the call."""
+    vecmath = _load(name.replace("cpu", "vecmath", 1))
+    if vecmath is None:
+        return []
+    ratios = {(r["function"], r["dtype"]): r["vecmath/numpy"] for r in vecmath["rows"]}
+    found = [f"{ratios[(r['kernel'], r['dtype'])]:.2f}x NumPy's time for {r['kernel']} {r['dtype']}"
+             for r in slower if (r["kernel"], r["dtype"]) in ratios]
+    if not found:
+        return []
+    n = vecmath["meta"].get("n")
+    return [f"The floor: the function's arithmetic alone, a bare loop of gpufuncs' vectorized math "
+            f"(`python benchmarks/bench_vecmath.py`, one core, n = {n}), takes "
+            f"{', '.join(found)} on this machine's CPU ({vecmath['meta'].get('llvm cpu')}).", ""]
+
+
 @_section("CPU")
 def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], opening: list[str]) -> str:
     large = [r for r in rows if r["n"] >= 10**6]
@@ -244,7 +262,8 @@ def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
                           "auto/best"]), ""]
     if slower:
         where = ", ".join(f"{r['kernel']} {r['dtype']} n={r['n']} ({r['auto/np']:.2f}x)" for r in slower)
-        out += [f"NumPy is faster here (auto/np above 1, from n = 10^4): {where}.", ""]
+        out += [f"NumPy is faster here (auto/np above 1, from n = 10^4): {where}.", "",
+                *_arithmetic_floor(name, slower)]
     else:
         out += ["From n = 10^4 up, `auto` is faster than the NumPy expression in every row.", ""]
     out += _largest_call(rows)
