@@ -9,6 +9,9 @@ is NumPy's semantics on fresh contiguous copies of the inputs, computed by the k
 every byte of every buffer outside the elements ``out=`` names is unchanged. A kernel that
 raises must raise its own exception (type and message) and change nothing outside ``out=``.
 
+Kernels of several outputs take ``out=`` a tuple of such views, which never share a byte with each
+other (NumPy leaves the order of their writes undefined).
+
 Targets: ``cpu``, ``parallel`` and ``auto`` here; ``cuda`` on a GPU (``pytest -m cuda``), and on
 Numba's CUDA simulator in a subprocess (``test_cuda_views_on_the_simulator``). On ``cuda`` the
 values come from the same target called on contiguous copies (its math is not the host's,
@@ -90,8 +93,16 @@ def fuzz_raise(x):
     return x * 0.5 + 1
 
 
+@gf.ufunc(signatures=["UniTuple(float32, 2)(float32, float32)", "UniTuple(float64, 2)(float64, float64)"],
+          reference=lambda a, b: (a - 2 * b, a * b), name="fuzz_two", replace=True)
+def fuzz_two(a, b):
+    """Two outputs, ``out=`` a tuple of views: the gufunc form on the host, the elementwise
+    template on cuda, each result written through its own view."""
+    return a - 2 * b, a * b
+
+
 KERNELS = {k.__name__: k for k in (gf.exp, gf.gaussian, gf.clamp, gf.hermite_norm, fuzz_sub,
-                                    fuzz_reverse, fuzz_weighted, fuzz_raise)}
+                                    fuzz_reverse, fuzz_weighted, fuzz_raise, fuzz_two)}
 
 
 #: The kernels of the cuda property: a kernel that can raise is refused there (see refuse_raising).
@@ -108,10 +119,11 @@ def _examples(kernels: int = len(KERNELS)) -> int:
 
 
 def cuda_values(kernel: gf.Kernel, inputs: list[np.ndarray], core_shape: tuple[int, ...],
-                dtype: np.dtype, sizes: tuple[int, ...]) -> np.ndarray:
+                dtype: np.dtype, sizes: tuple[int, ...]) -> np.ndarray | tuple[np.ndarray, ...]:
     """The cuda target on contiguous copies (after the cpu object, which says whether it raises)."""
     cpu_values(kernel, inputs, core_shape, dtype, sizes)
-    return np.asarray(kernel(*inputs, *sizes, target="cuda"))
+    result = kernel(*inputs, *sizes, target="cuda")
+    return tuple(map(np.asarray, result)) if isinstance(result, tuple) else np.asarray(result)
 
 
 # -- the property --------------------------------------------------------------------------------

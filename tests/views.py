@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from hypothesis import assume
@@ -140,7 +141,8 @@ def base_buffers(seed: int) -> list[np.ndarray]:
 @dataclass(frozen=True)
 class Case:
     """One call: ``kernel(*inputs, *sizes, out=out, where=where)`` on the buffers of ``seed``
-    (or on copies of ``explicit`` buffers, for the hand-written regression cases)."""
+    (or on copies of ``explicit`` buffers, for the hand-written regression cases); for a
+    kernel of several outputs, ``out=(out, *more_outs)``."""
 
     kernel: str
     inputs: tuple[View, ...]
@@ -149,6 +151,17 @@ class Case:
     sizes: tuple[int, ...] = ()
     seed: int = 0
     explicit: tuple[bytes, ...] | None = None
+    more_outs: tuple[View, ...] = ()
+
+    @property
+    def outs(self) -> tuple[View, ...]:
+        """Every ``out=`` view, in order (none: the call allocates its results)."""
+        return (self.out, *self.more_outs) if self.out is not None else ()
+
+    def out_argument(self, bases: Sequence[np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:
+        """``out=`` on ``bases``: the view, or the tuple of views of a kernel of several outputs."""
+        views = tuple(v.on(bases) for v in self.outs)
+        return views if self.more_outs else views[0]
 
     def bases(self) -> list[np.ndarray]:
         if self.explicit is not None:
@@ -157,7 +170,8 @@ class Case:
 
     def __str__(self) -> str:
         args = [str(v) for v in self.inputs] + [str(n) for n in self.sizes]
-        args += [f"out={self.out}"] if self.out else []
+        args += [f"out=({', '.join(map(str, self.outs))})" if self.more_outs else f"out={self.out}"] \
+            if self.out else []
         args += [f"where={self.where}"] if self.where else []
         return f"{self.kernel}({', '.join(args)})  [seed={self.seed}]"
 
@@ -246,6 +260,15 @@ def cases(draw: st.DrawFn, kernel: gf.Kernel) -> Case:
         min_side=draw(st.sampled_from([1, 0]))))
     result_shape = shapes.result_shape
     out = draw(views(result_shape, OUT_DTYPES, out=True)) if draw(st.integers(0, 3)) else None
+    more_outs: tuple[View, ...] = ()
+    if out is not None and kernel.nout > 1:
+        # The other outputs: views too, near the first; outputs that share a byte are NumPy's
+        # undefined order of writes, so they never do.
+        more_outs = tuple(draw(views(result_shape, OUT_DTYPES, out=True, near=out))
+                          for _ in range(kernel.nout - 1))
+        size = BASE_BYTES + 2 * GUARD
+        masks = [(v.base, v.byte_mask(size)) for v in (out, *more_outs)]
+        assume(not any(b == c and np.any(m & n) for i, (b, m) in enumerate(masks) for c, n in masks[i + 1:]))
     inputs = []
     for shape in shapes.input_shapes:
         if out is not None and shape == out.shape and draw(st.integers(0, 3)) == 0:
@@ -259,7 +282,8 @@ def cases(draw: st.DrawFn, kernel: gf.Kernel) -> Case:
         shape = tuple(n if draw(st.booleans()) else 1 for n in kept)
         where = draw(views(shape, ("?",), mask=True))
     seed = draw(st.integers(0, 2**32 - 1))
-    return Case(kernel.__name__, tuple(inputs), out, where, tuple(fixed.values()), seed)
+    return Case(kernel.__name__, tuple(inputs), out, where, tuple(fixed.values()), seed,
+                more_outs=more_outs)
 
 
 # -- the oracle -------------------------------------------------------------------------------
@@ -277,28 +301,30 @@ def loop_and_result(kernel: gf.Kernel, dtypes: Sequence[np.dtype]) -> tuple[np.d
 
 
 def cpu_values(kernel: gf.Kernel, inputs: list[np.ndarray], core_shape: tuple[int, ...],
-               dtype: np.dtype, sizes: tuple[int, ...]) -> np.ndarray:
+               dtype: np.dtype, sizes: tuple[int, ...]) -> np.ndarray | tuple[np.ndarray, ...]:
     """The kernel's Numba ``cpu`` object on contiguous inputs (one row per loop element), into a
-    fresh contiguous array."""
+    fresh contiguous array (a tuple of them for a kernel of several outputs)."""
     compiled = gf.get(kernel.__name__, target="cpu")
-    values = np.empty((len(inputs[0]), *core_shape), dtype)
-    if kernel.spec.layout is None:
-        compiled(*inputs, out=values)
+    values = tuple(np.empty((len(inputs[0]), *core_shape), dtype) for _ in range(kernel.nout))
+    if kernel.spec.layout is None and kernel.nout == 1:
+        compiled(*inputs, out=values[0])
     else:
-        compiled(*inputs, values)  # Numba's gufuncs take their outputs as arguments
-    return values
+        compiled(*inputs, *values)  # Numba's gufuncs (several outputs: one) take their outputs as arguments
+    return values if kernel.nout > 1 else values[0]
 
 
-Compute = Callable[[gf.Kernel, list[np.ndarray], tuple[int, ...], np.dtype, tuple[int, ...]], np.ndarray]
+Compute = Callable[[gf.Kernel, list[np.ndarray], tuple[int, ...], np.dtype, tuple[int, ...]],
+                   np.ndarray | tuple[np.ndarray, ...]]
 
 
 @dataclass
 class Expected:
-    """What NumPy gives: the exception the kernel raises, or the values (``loop shape + core``,
-    in the result dtype, defined where ``mask``), written into the oracle's buffers."""
+    """What NumPy gives: the exception the kernel raises, or the values of each output (``loop
+    shape + core``, in the result dtype, defined where ``mask``), written into the oracle's
+    buffers."""
 
     error: BaseException | None
-    values: np.ndarray | None = None
+    values: tuple[np.ndarray, ...] = ()
     mask: np.ndarray | None = None
 
 
@@ -324,12 +350,15 @@ def oracle(kernel: gf.Kernel, case: Case, bases: list[np.ndarray], written: list
         values = compute(kernel, rows, out_core, loop_dtype, case.sizes)
     except Exception as exc:  # the kernel's own exception, as NumPy's call raises it
         return Expected(exc)
-    full = np.zeros(loop + out_core, result_dtype)
-    full[mask] = values.astype(result_dtype)
-    if case.out is not None:
-        np.copyto(case.out.on(written), full, casting="unsafe",
-                  where=mask.reshape(loop + (1,) * len(out_core)))
-    return Expected(None, full, mask)
+    fulls = []
+    for k, value in enumerate(values if isinstance(values, tuple) else (values,)):
+        full = np.zeros(loop + out_core, result_dtype)
+        full[mask] = value.astype(result_dtype)
+        if case.out is not None:
+            np.copyto(case.outs[k].on(written), full, casting="unsafe",
+                      where=mask.reshape(loop + (1,) * len(out_core)))
+        fulls.append(full)
+    return Expected(None, tuple(fulls), mask)
 
 
 # -- the property -----------------------------------------------------------------------------
@@ -359,9 +388,9 @@ def check(kernel: gf.Kernel, case: Case, target: str, compute: Compute = cpu_val
         expected = oracle(kernel, case, original, written, compute)
     actual = [b.copy() for b in original]
     args = [v.on(actual) for v in case.inputs] + list(case.sizes)
-    keywords = {}
+    keywords: dict[str, Any] = {}
     if case.out is not None:
-        keywords["out"] = case.out.on(actual)
+        keywords["out"] = case.out_argument(actual)
     if case.where is not None:
         keywords["where"] = case.where.on(actual)
     if TRACE:
@@ -379,8 +408,8 @@ def check(kernel: gf.Kernel, case: Case, target: str, compute: Compute = cpu_val
             and "math " in str(raised):
         assume(False)
     inside = [np.zeros(b.size, bool) for b in original]
-    if case.out is not None:
-        inside[case.out.base] = case.out.byte_mask(original[case.out.base].size)
+    for view in case.outs:
+        inside[view.base] |= view.byte_mask(original[view.base].size)
     if expected.error is not None:
         assert type(raised) is type(expected.error) and str(raised) == str(expected.error), (
             f"{case}: NumPy raises {expected.error!r}, {target} gave {raised!r}")
@@ -390,23 +419,30 @@ def check(kernel: gf.Kernel, case: Case, target: str, compute: Compute = cpu_val
                 f"{_differences(a, o, inside[index])}")
         return
     assert raised is None, f"{case}: NumPy gives values, {target} raised {raised!r}"
+    several = len(expected.values) > 1
     if case.out is None:
-        scalar = expected.values.ndim == 0  # NumPy returns a scalar for a 0-d result
-        assert isinstance(result, np.generic if scalar else np.ndarray), (
-            f"{case}: {target} returned {type(result)}")
-        result = np.asarray(result)
-        assert result.dtype == expected.values.dtype and result.shape == expected.values.shape, (
-            f"{case}: {target} gave {result.dtype}{result.shape}, NumPy "
-            f"{expected.values.dtype}{expected.values.shape}")
-        assert _same_values(result[expected.mask], expected.values[expected.mask]), (
-            f"{case}: values differ on {target}:\n{result}\nNumPy:\n{expected.values}")
+        assert not several or (type(result) is tuple and len(result) == len(expected.values)), (
+            f"{case}: {target} returned {type(result)}, not a tuple of {len(expected.values)}")
+        for got, want in zip(result if several else (result,), expected.values):
+            scalar = want.ndim == 0  # NumPy returns a scalar for a 0-d result
+            assert isinstance(got, np.generic if scalar else np.ndarray), (
+                f"{case}: {target} returned {type(got)}")
+            got = np.asarray(got)
+            assert got.dtype == want.dtype and got.shape == want.shape, (
+                f"{case}: {target} gave {got.dtype}{got.shape}, NumPy {want.dtype}{want.shape}")
+            assert _same_values(got[expected.mask], want[expected.mask]), (
+                f"{case}: values differ on {target}:\n{got}\nNumPy:\n{want}")
     else:
-        assert result is keywords["out"], f"{case}: {target} did not return out="
-        got, want = case.out.on(actual), case.out.on(written)
-        np.copyto(got, want, where=np.isnan(got) & np.isnan(want))  # any NaN equals any NaN
+        given = keywords["out"] if several else (keywords["out"],)
+        returned = result if several else (result,)
+        assert len(returned) == len(given) and all(r is g for r, g in zip(returned, given)), (
+            f"{case}: {target} did not return out=")
+        for view in case.outs:
+            got, want = view.on(actual), view.on(written)
+            np.copyto(got, want, where=np.isnan(got) & np.isnan(want))  # any NaN equals any NaN
     for index, (a, w) in enumerate(zip(actual, written)):
         assert np.array_equal(a, w), (
             f"{case}: buffer {index} differs from NumPy's on {target}: "
             f"{_differences(a, w, inside[index])}\nout= {target}: "
-            f"{case.out.on(actual) if case.out else None}\nout= NumPy: "
-            f"{case.out.on(written) if case.out else None}")
+            f"{case.out_argument(actual) if case.out else None}\nout= NumPy: "
+            f"{case.out_argument(written) if case.out else None}")
