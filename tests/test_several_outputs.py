@@ -44,6 +44,12 @@ def outs_modf(x):
     return math.copysign(x - whole, x), whole
 
 
+@gf.ufunc(signatures=["Tuple((float64, int64))(float64, int64)"],
+          reference=lambda x, n: (x * n, n + 1), replace=True)
+def outs_mixed(x, n):
+    return x * n, n + 1
+
+
 def host(a):
     """A result as a NumPy array (a cuda call on host arrays already returns them)."""
     return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
@@ -138,6 +144,16 @@ def test_large_flat_arrays_every_element_of_every_output(dtype, target):
     x[5::101] = np.nan
     with np.errstate(invalid="ignore"):  # (the host's vector compare of NaN in outs_modf's test)
         same(outs_modf(x, target=target), np.modf(x))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_array_inputs_of_two_loop_types(target):
+    """A float64 and an int64 array: on a GPU the template that loads and casts each argument
+    (one element a thread, no staging), storing both results."""
+    x = np.linspace(-2.0, 2.0, 1001)
+    n = np.arange(1001) - 500
+    same(outs_mixed(x, n, target=target), (x * n, n + 1))
+    same(outs_mixed(x[::-3], n[::3], target=target), (x[::-3] * n[::3], n[::3] + 1))
 
 
 @pytest.mark.parametrize("target", TARGETS)
