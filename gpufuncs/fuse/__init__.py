@@ -81,7 +81,12 @@ class Fused:
         return {key: found.parts[0].kernel for key, found in self._compiled.items() if found.parts}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        options = {k: kwargs.pop(k) for k in _CALL_KEYWORDS & kwargs.keys()} if kwargs else {}
+        if not kwargs:
+            options: dict[str, Any] = {}
+        elif kwargs.keys() <= _CALL_KEYWORDS:  # (the commonest: target= alone; a dict of its own)
+            options, kwargs = kwargs, {}
+        else:
+            options = {k: kwargs.pop(k) for k in _CALL_KEYWORDS & kwargs.keys()}
         if kwargs or len(args) != self._nargs:
             args = tuple(self._signature.bind(*args, **kwargs).arguments.values())  # TypeError as Python's
         found = self.checked(args)
