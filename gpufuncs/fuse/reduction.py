@@ -29,7 +29,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from ..dispatch import Kernel
-from ..dispatch.args import ABSENT, arg_key, describe, first_key, keep, keyer_of, lookup
+from ..dispatch.args import ABSENT, arg_key, describe, keep, lookup
 from ..dispatch.kernel import ResolvedCall
 from ..dispatch.lazy import call_loop
 from ..dispatch.pieces import cut, in_pieces
@@ -250,10 +250,8 @@ def _plan_key(values: list[Any], options: dict[str, Any], axis: Any, keepdims: b
     the target and the finish; ``None`` for a call with ``out=`` or other options."""
     if options and (options.get("out") is not None or not options.keys() <= _PLANNED_OPTIONS):
         return None
-    if len(values) == 1:  # (the commonest: keyed inline, no map of a Python function)
-        value = values[0]
-        key = (keyer_of(type(value)) or first_key)(value)
-        return options.get("target"), axis, keepdims, id(finishing), key
+    if len(values) == 1:  # (the commonest: no map and unpacking)
+        return options.get("target"), axis, keepdims, id(finishing), arg_key(values[0])
     return (options.get("target"), axis, keepdims, id(finishing), *map(arg_key, values))
 
 
@@ -389,14 +387,11 @@ class ReducingPart:
         r = self.reduction
         trailing = len(kept) if len(reduced) > 2 else None  # see _by_cores
 
-        if arrays == (True,) and not kept and len(reduced) == 1:
-            def views(values: list[Any]) -> tuple[Any, ...]:  # (a 1-D array reduced: no frame more)
-                value = values[0]
-                return (_broadcast(value, shape)[None, :],)
-        else:
-            def views(values: list[Any]) -> tuple[Any, ...]:
-                return tuple(_core_view(v, shape, kept, reduced) if a else _scalar(v)
-                             for v, a in zip(values, arrays))
+        def views(values: list[Any]) -> tuple[Any, ...]:
+            if len(values) == 1:  # (the commonest: no generator; one argument is an array, see __call__)
+                return (_core_view(values[0], shape, kept, reduced),)
+            return tuple(_core_view(v, shape, kept, reduced) if a else _scalar(v)
+                         for v, a in zip(values, arrays))
 
         operands = views(values)
         kernel = self._host_kernel(list(operands), arrays)
@@ -676,6 +671,8 @@ def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: lis
     """``value`` broadcast to ``shape``, its reduced axes last, with exactly two of them (the
     kernel's core; more are reduced again after the call): a view, never a copy."""
     view = _broadcast(value, shape)
+    if not kept and len(reduced) == 1:  # (the commonest, a 1-D array reduced: its one row)
+        return view[None, :]
     order = (*kept, *reduced)
     if order != tuple(range(len(shape))):
         view = np.transpose(view, order)
