@@ -38,7 +38,7 @@ def floor_muladd(a, b, c):
     return a * b + c
 
 
-def _closure_with(fn: Callable[..., Any], name: str) -> dict[str, Any]:
+def closure_with(fn: Callable[..., Any], name: str) -> dict[str, Any]:
     """The closure variables of the first function reached from ``fn`` (through the functions
     its closure holds, breadth first) whose closure holds ``name``: the executor may be wrapped."""
     queue, seen = [fn], set()
@@ -63,7 +63,7 @@ def _cases(n: int) -> dict[str, Callable[[], Any]]:
     floor_muladd(a, b, c)
     resolved = floor_muladd.resolve(a, b, c)
     execute = resolved._executor
-    found = _closure_with(execute, "launch")
+    found = closure_with(execute, "launch")
     launch, stream_of = found["launch"], found["stream_of"]
     launching = inspect.getclosurevars(launch).nonlocals
     pack, function = launching["pack"], launching["address"]
@@ -105,11 +105,10 @@ def _cases(n: int) -> dict[str, Callable[[], Any]]:
     }
 
 
-def _times(n: int) -> dict[str, float]:
-    """Median µs per call of each case at ``n``, pipelined (see the module's docstring)."""
+def pipelined_times(cases: dict[str, Callable[[], Any]]) -> dict[str, float]:
+    """Median µs per call of each case, pipelined (see the module's docstring)."""
     import cupy as cp
 
-    cases = _cases(n)
     sync = cp.cuda.get_current_stream().synchronize
     for fn in cases.values():
         for _ in range(50):
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     opts = parser.parse_args(argv)
     rows = []
     for n in map(int, opts.sizes):
-        times = _times(n)
+        times = pipelined_times(_cases(n))
         reference = times["cupy ElementwiseKernel"]
         rows += [{"n": n, "call": label, "us": round(us, 2), "/cupy": round(us / reference, 3)}
                  for label, us in times.items()]

@@ -41,7 +41,8 @@ DASK_CUDA_MACHINES = (("dask-cuda-nvidia-h200", "2 x H200"),)
 UNCHECKED, NORMAL = "the kernel compiled without it", {"values": "normal"}
 #: (result file, title, the column compared, its reference[, the rows the headline is over]):
 #: integer and complex kernels (``python -m benchmarks.bench_types``), kernels calling kernels
-#: (``--suite compose``) and the floating-point check (``python -m benchmarks.bench_fpflags``).
+#: (``--suite compose``), the floating-point check (``python -m benchmarks.bench_fpflags``) and
+#: small calls on torch tensors (``python -m benchmarks.torch_calls_gpu``).
 RATIO_TABLES = (
     ("types", "int64, complex128 and two-output kernels, 2-core CI machine", "auto/np", "NumPy's expression"),
     ("types-h100", "int64, complex128 and two-output kernels, H100", "pipelined /cupy",
@@ -50,6 +51,8 @@ RATIO_TABLES = (
      "pipelined /cupy", "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
     ("types-h200x2", "int64, complex128 and two-output kernels, H200 (two-GPU machine's 32-core host, GPU 0)",
      "pipelined /cupy", "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
+    ("torch-calls-h200", "small calls on torch tensors, gf.exp against torch.exp, H200 (one-GPU machine)",
+     "x_torch_pipe", "torch.exp"),
     ("layouts", "broadcast and strided calls (gaussian), 2-core CI machine", "auto_ratio",
      "NumPy's expression"),
     ("layouts-16core", "broadcast and strided calls (gaussian), 16-core host of the GPU machine",

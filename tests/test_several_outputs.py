@@ -52,7 +52,13 @@ def outs_mixed(x, n):
 
 def host(a):
     """A result as a NumPy array (a cuda call on host arrays already returns them)."""
-    return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+    if hasattr(a, "copy_to_host"):
+        return a.copy_to_host()
+    if type(a).__module__.startswith("cupy"):
+        return a.get()
+    if type(a).__module__.startswith("torch"):
+        return a.cpu().numpy()
+    return np.asarray(a)
 
 
 def same(got, want):
@@ -154,6 +160,35 @@ def test_array_inputs_of_two_loop_types(target):
     n = np.arange(1001) - 500
     same(outs_mixed(x, n, target=target), (x * n, n + 1))
     same(outs_mixed(x[::-3], n[::3], target=target), (x[::-3] * n[::3], n[::3] + 1))
+
+
+def _on_device(kind, a):
+    """``a`` on the GPU as an array of library ``kind``."""
+    if kind == "numba":
+        from numba import cuda
+
+        return cuda.to_device(a)
+    library = pytest.importorskip(kind, reason=f"{kind} is not installed")
+    return library.asarray(a) if kind == "cupy" else library.as_tensor(a, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["numba"] if SIMULATED else ["numba", "cupy", "torch"])
+def test_device_arrays_give_new_arrays_of_their_kind_for_every_output(kind):
+    """The commonest device call (no ``out=``): each output new memory, of the inputs' library,
+    with NumPy's values; one input and two (one stream for every operand or several), float and
+    integer, and a second call into memory of its own."""
+    x = np.linspace(-7.5, 7.5, 1001)
+    q = (np.arange(1001) % 13 - 6).astype(np.int64)
+    cases = [(outs_modf, (x,)), (outs_divmod, (x, x[::-1] + 0.25)),
+             (outs_divmod, (np.arange(1001, dtype=np.int64) - 500, np.where(q == 0, 3, q)))]
+    for kernel, args in cases:
+        on_device = [_on_device(kind, a) for a in args]
+        first = kernel(*on_device, target="cuda")
+        second = kernel(*[_on_device(kind, a[::-1].copy()) for a in args], target="cuda")
+        assert type(first) is tuple and all(type(r) is type(on_device[0]) for r in first)
+        same(first, kernel.spec.reference(*args))
+        same(second, kernel.spec.reference(*[a[::-1] for a in args]))
 
 
 @pytest.mark.parametrize("target", TARGETS)

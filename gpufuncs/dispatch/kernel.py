@@ -52,7 +52,7 @@ from .args import (
     refuse_target,
 )
 from .interop import finish_gufunc, gufunc_keywords, refuse_lazy_out
-from .operands import Operands, _array_result, finish_out, finisher, operands_for, stage
+from .operands import Operands, _array_result, _results, finish_out, finisher, operands_for, stage
 from .plan import (
     KEYWORDS,
     Call,
@@ -108,9 +108,11 @@ class ResolvedCall:
         # that are all None (``exp(x, None)``: allocate, as NumPy) are cut off like sizes.
         extra = call.sizes or call.out_positional
         simple = self._where is None and not self._stream and ops.plain and fresh is None
-        if simple and self._outs_from is None and not extra and self._finish is _array_result:
-            # A target may run this commonest call itself, a frame less (see Executor).
-            self._run = getattr(executor, "single", self._plain_array)
+        if simple and self._outs_from is None and not extra and self._finish in (_array_result, _results):
+            # A target may run this commonest call itself, a frame less (see Executor): its
+            # value is the new output, or the tuple of several, as these two finishes return.
+            self._run = getattr(executor, "plain", None) or (
+                self._plain_array if self._finish is _array_result else self._plain)
         elif simple and self._outs_from is None:
             self._run = self._plain if not extra else self._sized
         elif (self._where != "convert" and not self._stream and ops.plain and fresh is None and

@@ -466,9 +466,9 @@ def _deliver(handler: Any, signum: int, frame: Any) -> None:
 
 
 #: ``executor(inputs, outs, where, stream) -> outputs``: runs one validated call signature. It
-#: may carry ``single(args, out, where, kwargs) -> output``, the same call without ``out=``,
-#: ``where=`` or ``stream=`` for a signature with one output, which the resolved call then runs
-#: as it is (it takes and ignores the resolved call's own arguments).
+#: may carry ``plain(args, out, where, kwargs)``, the same call without ``out=``, ``where=`` or
+#: ``stream=``, which returns the new output (the tuple of them, for several) and which the
+#: resolved call then runs as it is (it takes and ignores the resolved call's own arguments).
 Executor = Callable[[tuple[Any, ...], "tuple[Any, ...] | None", Any, Any], tuple[Any, ...]]
 
 

@@ -456,22 +456,25 @@ def _fast_executor(d: _Decisions) -> Executor:
         del keep
         return outs
 
-    if single_allocate is not None and first is not None and not others:
-        execute.single = _single(d, reads, single_allocate, single_wrap, reporting)
+    if allocators and first is not None and not others:
+        execute.plain = _plain(d, reads, reporting)
     return execute
 
 
-def _single(d: _Decisions, reads: list[tuple[int, Callable[[Any], Any], int]], allocate: arrays.Allocate,
-            wrap: arrays.Wrap | None, reporting: Callable[[list[Any], int], None]) -> Callable[..., Any]:
-    """The commonest call, ``execute(args, None, True, None)[0]`` of :func:`_fast_executor`, as
-    the resolved call runs it (its four arguments: no ``out=``, ``where=`` nor ``stream=``) and
-    without the general executor's branches, frame and tuple (a small call is mostly such
-    Python steps). Same steps, same checks."""
+def _plain(d: _Decisions, reads: list[tuple[int, Callable[[Any], Any], int]],
+           reporting: Callable[[list[Any], int], None]) -> Callable[..., Any]:
+    """The commonest call, ``execute(args, None, True, None)`` of :func:`_fast_executor` as the
+    resolved call returns it (its new output, or the tuple of several), run as the resolved
+    call runs it (its four arguments: no ``out=``, ``where=`` nor ``stream=``) and without the
+    general executor's branches, frame and lists (a small call is mostly such Python steps).
+    Same steps, same checks."""
     first, stream_of = d.streams.first, d.streams.producers[0][1]
     bound, bind, launch = d.runtime.bound, d.runtime.bind_thread, d.main.launch
     flagged, errstate_now = d.main.takes_flags, fpflags.errstate_now
+    (allocate, wrap), *more = d.allocators
+    wraps = [w for _, w in d.allocators]
 
-    def single(args: tuple[Any, ...], out: Any, where: Any, kwargs: Any) -> Any:
+    def plain(args: tuple[Any, ...], out: Any, where: Any, kwargs: Any) -> Any:
         if not hasattr(bound, "here"):
             bind()
         go = launch
@@ -488,10 +491,18 @@ def _single(d: _Decisions, reads: list[tuple[int, Callable[[Any], Any], int]], a
                 raise _misaligned(d, i, value)
         raw, address = allocate(like, handle, True)
         values.append(address)
+        if not more:
+            go(values, handle)
+            return raw if wrap is None else wrap(raw, address)
+        new = [(raw, address)]
+        for allocate_next, _ in more:  # kernels of several outputs: divmod, modf, frexp
+            made = allocate_next(like, handle, True)
+            values.append(made[1])
+            new.append(made)
         go(values, handle)
-        return raw if wrap is None else wrap(raw, address)
+        return tuple([r if w is None else w(r, a) for w, (r, a) in zip(wraps, new)])
 
-    return single
+    return plain
 
 
 def _allocate(allocators: list[tuple[arrays.Allocate, Any]], like: Any, handle: int, current: bool,

@@ -331,7 +331,7 @@ class Runtime:
 
         With several, a call whose thread is on this device already (see :meth:`on_device`)
         runs as it is; others make the context current and put the caller's back. The
-        executor's ``single`` entry (see ``device._single``) is guarded the same way."""
+        executor's ``plain`` entry (see ``device._plain``) is guarded the same way."""
         if not self.switching:
             return execute
         activate, restore, on_device = self.activate, self.restore, self.on_device()
@@ -348,9 +348,9 @@ class Runtime:
             return in_context
 
         guarded = guard(execute)
-        single = getattr(execute, "single", None)
-        if single is not None:
-            guarded.single = guard(single)  # type: ignore[attr-defined]
+        plain = getattr(execute, "plain", None)
+        if plain is not None:
+            guarded.plain = guard(plain)  # type: ignore[attr-defined]
         return guarded
 
     def on_device(self) -> Callable[[], bool]:
