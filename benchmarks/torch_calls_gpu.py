@@ -16,6 +16,7 @@ Run on a GPU machine with torch and CuPy: ``python -m benchmarks.torch_calls_gpu
 from __future__ import annotations
 
 import argparse
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -60,7 +61,7 @@ def _pieces(n: int) -> dict[str, Callable[[], Any]]:
     out = torch.empty_like(x)
     values = [x.data_ptr(), out.data_ptr()]
     keyer = keyer_of(type(x))
-    return {
+    return {"straight call (the floor)": _straight(x, launch, stream_of, keyer), **{
         "torch.exp": lambda: torch.exp(x),
         "gf.exp": lambda: gf.exp(x),
         "resolved call": lambda: resolved._run((x,), ABSENT, ABSENT, {}),
@@ -70,7 +71,37 @@ def _pieces(n: int) -> dict[str, Callable[[], Any]]:
         "torch.empty (the allocation)": lambda: torch.empty(n, dtype=torch.float32, device="cuda"),
         "data_ptr": lambda: x.data_ptr(),
         "launch alone": lambda: launch(values, 0),
-    }
+    }}
+
+
+def _straight(x: Any, launch: Callable[..., None], stream_of: Callable[[Any], int],
+              keyer: Callable[[Any], Any]) -> Callable[[], Any]:
+    """A Python function doing only what any dispatch of ``gf.exp(x)`` must (key the tensor,
+    find the call, read its stream, allocate, read the pointers, pack, launch), every step
+    inline: the floor of a dispatch from Python, as in :mod:`dispatch_floor_gpu`."""
+    import torch
+
+    launching = inspect.getclosurevars(launch).nonlocals
+    function, launch_kernel, blocks = launching["address"], launching["launch_kernel"], launching["blocks"]
+    packing = inspect.getclosurevars(launching["pack"]).nonlocals  # the Packer's own struct
+    store, pack_into, empty_like = packing["local"], packing["pack_into"], torch.empty_like
+    current = stream_of
+    launch([x.data_ptr(), empty_like(x).data_ptr()], 0)  # this thread's parameter buffer, made
+
+    def straight(inputs: tuple[Any, ...]) -> Any:
+        a = inputs[0]
+        handle = current(a)
+        made = empty_like(a)
+        pack_into(store.store, 0, a.data_ptr(), made.data_ptr())
+        launch_kernel(function, blocks, 1, 1, 256, 1, 1, 0, handle, store.address, 0)
+        return made
+
+    table = {(keyer(x),): straight}
+
+    def straight_call(*args: Any) -> Any:
+        return table[(keyer(args[0]),)](args)
+
+    return lambda: straight_call(x)
 
 
 def main(argv: list[str] | None = None) -> None:
