@@ -493,8 +493,27 @@ def render() -> str:
     sections += [multigpu_section(name, title) for name, title in MULTIGPU_MACHINES]
     sections += [dask_cuda_section(name, title) for name, title in DASK_CUDA_MACHINES]
     sections += [dask_section(name, title) for name, title in DASK_MACHINES]
-    sections += [ratio_section(*table) for table in RATIO_TABLES]
+    sections += [ratio_section(*table) + _dispatch_floor(table[0]) for table in RATIO_TABLES]
     return "\n".join(s.rstrip() + "\n" for s in sections)
+
+
+def _dispatch_floor(name: str) -> str:
+    """Under a table of small calls on torch tensors: its pieces' straight call, the floor of a
+    dispatch from Python, against the reference (``torch_calls_gpu``'s second file)."""
+    if not name.startswith("torch-calls"):
+        return ""
+    pieces = _load(name.replace("torch-calls", "torch-calls-pieces", 1))
+    if pieces is None:
+        return ""
+    lines = []
+    for n in sorted({r["n"] for r in pieces["rows"]}):
+        times = {r["call"]: r["pipe_us"] for r in pieces["rows"] if r["n"] == n}
+        floor, theirs, ours = times["straight call (the floor)"], times["torch.exp"], times["gf.exp"]
+        lines.append(f"- n = {n:.0e}: a straight call {floor:.3g} us, {floor / theirs:.2f}x `torch.exp` "
+                     f"({theirs:.3g} us); `gf.exp` {ours:.3g} us, {ours / floor:.2f}x the straight call.")
+    return "\n".join(["", "The floor of any dispatch from Python (`torch-calls-pieces`: a straight "
+                       "call keys the tensor, reads its stream, allocates with `torch.empty_like` and "
+                       "launches the same kernel, every step inline; pipelined):", "", *lines, ""])
 
 
 def shown_images(page: str) -> list[Path]:

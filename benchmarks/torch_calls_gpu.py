@@ -6,7 +6,8 @@ synchronize and pipelined (:data:`bench_gpu.PIPELINE` calls, one synchronize), e
 with ``torch.exp`` of the same tensor (:meth:`bench_gpu.Timer.against`). Then the pieces of the
 call, pipelined as in :mod:`dispatch_floor_gpu` (200 calls then one synchronize, median of 31):
 the resolved call, the executor, keying the tensor, reading its stream, a new tensor from
-torch's allocator (``torch.empty``) and the launch alone.
+torch's allocator (``torch.empty_like``, as calls allocate, and ``torch.empty`` for scale) and
+the launch alone; and a straight call, the floor of any dispatch from Python.
 
 Run on a GPU machine with torch and CuPy: ``python -m benchmarks.torch_calls_gpu [n ...]``;
 ``--save`` writes ``results/torch-calls-<gpu>.*`` and the pieces' ``torch-calls-pieces-<gpu>.*``
@@ -68,7 +69,8 @@ def _pieces(n: int) -> dict[str, Callable[[], Any]]:
         "executor": lambda: execute((x,), None, True, None),
         "key of the tensor": lambda: keyer(x),
         "stream read": lambda: stream_of(x),
-        "torch.empty (the allocation)": lambda: torch.empty(n, dtype=torch.float32, device="cuda"),
+        "torch.empty_like (the allocation)": lambda: torch.empty_like(x),
+        "torch.empty(n, dtype=, device=)": lambda: torch.empty(n, dtype=torch.float32, device="cuda"),
         "data_ptr": lambda: x.data_ptr(),
         "launch alone": lambda: launch(values, 0),
     }}
