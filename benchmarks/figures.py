@@ -51,7 +51,7 @@ RATIO_TABLES = (
      "pipelined /cupy", "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
     ("types-h200x2", "int64, complex128 and two-output kernels, H200 (two-GPU machine's 32-core host, GPU 0)",
      "pipelined /cupy", "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
-    ("torch-calls-h200", "small calls on torch tensors, gf.exp against torch.exp, H200 (one-GPU machine)",
+    ("torch-calls-h200", "small calls on torch tensors, gf.exp against torch.exp, H200 (one GPU visible)",
      "x_torch_pipe", "torch.exp"),
     ("layouts", "broadcast and strided calls (gaussian), 2-core CI machine", "auto_ratio",
      "NumPy's expression"),
