@@ -269,7 +269,7 @@ def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
                 *_arithmetic_floor(name, slower)]
     else:
         out += ["From n = 10^4 up, `auto` is faster than the NumPy expression in every row.", ""]
-    out += _largest_call(rows)
+    out += _largest_call(rows) + _large_again(name)
     overhead = _load(f"{name}_overhead")
     if overhead:
         columns = [c for c in ("kernel", "dtype", "public", "public cpu", "public out=", "public where=",
@@ -288,6 +288,18 @@ def cpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
         shown = ", ".join(f"{k} {_number(float(v))}" for k, v in crossovers.items())
         out += [f"Crossovers `auto` learned from that run's calls (loop elements): {shown}.", ""]
     return "\n".join(out)
+
+
+def _large_again(name: str) -> list[str]:
+    """The ``--large`` row measured again on its own (``<name>-large``), where there is one."""
+    again = _load(f"{name}-large")
+    rows = [] if again is None else [r for r in again["rows"] if r["n"] >= 10**8 and "parallel copy" in r]
+    if not rows:
+        return []
+    r, meta = rows[0], again["meta"]
+    return [f"The same row run again alone (`{name}-large`, {meta.get('date', '')[:10]}, commit "
+            f"`{meta.get('git commit')}`): `parallel` {r['parallel'] / 1e3:.3g} ms, the parallel copy "
+            f"{r['parallel copy'] / 1e3:.3g} ms: {r['parallel/parallel copy']:.2f}x.", ""]
 
 
 def _largest_call(rows: list[dict[str, Any]]) -> list[str]:
