@@ -391,3 +391,118 @@ def test_a_kernel_raising_on_a_broadcast_call_raises_its_own_exception(restore_r
     assert _runs_rows(checked_root, a, b, target=target)
     with pytest.raises(ValueError, match="negative product"):
         checked_root(a, b, target=target)
+
+
+# -- generalized kernels: an input that is one core for every row -----------------------------------
+def _gufuncs():
+    """``(n),(n)->()`` and ``(m,n),(n)->(m)`` kernels: a dot product and a matrix-vector product."""
+    @gf.gufunc(signatures=["void(float32[:], float32[:], float32[:])",
+                           "void(float64[:], float64[:], float64[:])"],
+               layout="(n),(n)->()", reference=lambda a, b: np.einsum("...i,...i->...", a, b),
+               name="whole_dot")
+    def whole_dot(a, b, out):
+        s = a[0] * 0
+        for i in range(a.shape[0]):
+            s += a[i] * b[i]
+        out[0] = s
+
+    @gf.gufunc(signatures=["void(float64[:, :], float64[:], float64[:])"], layout="(m,n),(n)->(m)",
+               reference=lambda a, x: np.einsum("...ij,...j->...i", a, x), name="whole_matvec")
+    def whole_matvec(a, x, out):
+        for i in range(a.shape[0]):
+            s = 0.0
+            for j in range(a.shape[1]):
+                s += a[i, j] * x[j]
+            out[i] = s
+
+    return whole_dot, whole_matvec
+
+
+def _takes_flat_loops(kernel, *args, **kwargs):
+    from gpufuncs.targets.cpu import _flat_order
+
+    return _flat_order(kernel.spec.executed, kernel.resolve(*args, **kwargs).plan) is not None
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_an_input_of_one_core_for_every_row_runs_the_flat_loops(restore_registry, target):
+    """A generalized kernel's input without loop dimensions (or with ones only) is passed whole
+    to every row of the flat loops, on ``parallel`` on the threads, where it went through
+    Numba's gufunc object (serially there): the values of the same call on the input repeated
+    for every row, bit for bit, with a new output, with ``out=`` and with ``where=``."""
+    whole_dot, whole_matvec = _gufuncs()
+    rng = np.random.default_rng(11)
+    rows, vector = rng.normal(size=(40_000, 16)), rng.normal(size=16)
+    matrices = rng.normal(size=(5_000, 3, 4))
+    cases = [
+        (whole_dot, (rows, vector)), (whole_dot, (vector, rows)), (whole_dot, (rows, vector[None, :])),
+        (whole_dot, (rows.astype(np.float32), vector.astype(np.float32))),
+        (whole_matvec, (matrices, vector[:4])), (whole_matvec, (matrices[0], rows[:, :4].copy())),
+    ]
+    for kernel, args in cases:
+        assert _takes_flat_loops(kernel, *args, target=target), kernel
+        cores = [len(c) for c in kernel.spec.layout.inputs]
+        shape = np.broadcast_shapes(*(a.shape[: a.ndim - c] for a, c in zip(args, cores)))
+        repeated = [np.ascontiguousarray(np.broadcast_to(a, shape + a.shape[a.ndim - c:]))
+                    for a, c in zip(args, cores)]
+        expected = kernel(*repeated, target=target)
+        np.testing.assert_array_equal(kernel(*args, target=target), expected)
+        # NumPy's sums in float64, against the loop's in its dtype: within n rounding errors of
+        # the sum of the products' magnitudes (n: the summed length)
+        wide = [r.astype(np.float64) for r in repeated]
+        bound = args[-1].shape[-1] * np.finfo(expected.dtype).eps * kernel.spec.reference(*map(np.abs, wide))
+        assert np.all(np.abs(expected - kernel.spec.reference(*wide)) <= bound)
+        out = np.full_like(expected, np.nan)
+        assert kernel(*args, out=out, target=target) is out
+        np.testing.assert_array_equal(out, expected)
+        where = rng.random(shape) > 0.5
+        out = np.full_like(expected, -7.0)
+        kernel(*args, out=out, where=where, target=target)
+        chosen = where.reshape(where.shape + (1,) * (out.ndim - where.ndim))
+        np.testing.assert_array_equal(out, np.where(chosen, expected, -7.0))
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_an_input_of_one_core_inside_its_out_is_read_before_writing(restore_registry, target):
+    """The core passed whole lies in the memory of ``out=``: the result is that of the same
+    call on a copy of it, and no byte outside ``out`` changes."""
+    whole_dot, _ = _gufuncs()
+    rng = np.random.default_rng(12)
+    rows = rng.normal(size=(30_000, 16))
+    buffer = rng.normal(size=30_016)
+    out, vector = buffer[16:], buffer[10:26]  # the vector overlaps the first six outputs
+    before = buffer.copy()
+    expected = whole_dot(rows, vector.copy(), target=target)
+    whole_dot(rows, vector, out=out, target=target)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(buffer[:16], before[:16])
+
+
+@pytest.mark.parametrize("target", ["cpu", "parallel"])
+def test_an_input_of_one_core_reports_floating_point_errors_as_the_repeated_call(restore_registry, target):
+    """Floating-point errors of a call with a core passed whole are those of the same call on
+    the input repeated for every row, also where the check runs the loop again without the
+    rows that hold an infinity (a loop compiled for rows, on copies)."""
+    @gf.gufunc(signatures=["void(float64[:], float64[:], float64[:])"], layout="(n),(n)->()",
+               reference=lambda a, b: np.exp(np.einsum("...i,...i->...", a, b)), name="whole_exp_dot")
+    def whole_exp_dot(a, b, out):
+        s = 0.0
+        for i in range(a.shape[0]):
+            s += a[i] * b[i]
+        out[0] = math.exp(s)
+
+    rng = np.random.default_rng(13)
+    rows, vector = rng.normal(size=(20_000, 8)), rng.normal(size=8)
+    repeated = np.ascontiguousarray(np.broadcast_to(vector, rows.shape))
+    for overflow in (False, True):
+        bad = rows.copy()
+        bad[7, 2] = np.inf  # (an infinite argument: its row's overflow is not reported)
+        if overflow:
+            bad[9] = 1e3 * np.sign(vector)  # a finite row whose exp overflows
+        for given in (vector, repeated):
+            with np.errstate(over="raise"):
+                if overflow:
+                    with pytest.raises(FloatingPointError, match="overflow"):
+                        whole_exp_dot(bad, given, target=target)
+                else:
+                    whole_exp_dot(bad, given, target=target)

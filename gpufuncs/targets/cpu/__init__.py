@@ -395,7 +395,8 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
             continue
         if not _native_array(a) or a.dtype != dtype:
             return None
-        arrays.append((a, core))
+        if not _whole(plan, a, core):
+            arrays.append((a, core))
     for o, core, dtype in zip(plan.outs or (), plan.cores[spec.nin:], plan.loop.outputs):
         if not _native_array(o) or o.dtype != dtype:
             return None
@@ -405,10 +406,25 @@ def _flat_order(spec: KernelSpec, plan: Plan) -> str | None:
             return None
         arrays.append((plan.where, 0))
     for a, core in arrays:
-        shape = plan.loop_shape + a.shape[len(a.shape) - core:] if core else plan.loop_shape
-        if a.shape != shape or not is_contiguous(a.shape, a.strides, a.dtype.itemsize, order):
+        if not _in_rows(plan, a, core) or not is_contiguous(a.shape, a.strides, a.dtype.itemsize, order):
             return None
     return order
+
+
+def _in_rows(plan: Plan, a: Arg, core: int) -> bool:
+    """Whether array ``a`` (``core`` core dimensions) has the loop's shape before its core."""
+    return a.shape == (plan.loop_shape + a.shape[len(a.shape) - core:] if core else plan.loop_shape)
+
+
+def _whole(plan: Plan, a: Arg, core: int) -> bool:
+    """Whether input ``a`` is one core for every loop element, in C order: core dimensions and
+    no other but ones (a vector of weights for every row). The flat gufunc loops pass it whole
+    to each row, as it is, where it would otherwise have to be broadcast to the loop's rows
+    (which the flat loops cannot take: Numba's gufunc object would run the call, on one thread
+    wherever the kernel may raise)."""
+    split = len(a.shape) - core
+    return (core > 0 and not _in_rows(plan, a, core) and math.prod(a.shape[:split]) == 1
+            and is_contiguous(a.shape[split:], a.strides[split:], a.dtype.itemsize))
 
 
 class Rows(NamedTuple):
@@ -714,18 +730,44 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
     rows = [((n, *a.shape[len(a.shape) - core:]) if core else (n,)) if a.is_array else None
             for a, core in zip(plan.inputs, plan.cores)]
     rows = [r if r is not None and r != a.shape else None for r, a in zip(rows, plan.inputs)]
+    # Inputs passed whole to every row (see _whole): (index, core shape).
+    whole = [(i, a.shape[len(a.shape) - core:]) for i, (a, core) in enumerate(zip(plan.inputs, plan.cores))
+             if a.is_array and _whole(plan, a, core)]
+    for i, _ in whole:
+        rows[i] = None
     out_rows = [(n, *shape[len(shape) - core:]) if core else (n, 1)
                 for shape, core in zip(plan.out_shapes, plan.cores[spec.nin:])]
     dtypes = plan.loop.outputs
-    args_type = nbtypes.BaseTuple.from_types(tuple(
-        _array_type(a.dtype, len(r or a.shape)) if a.is_array else t
-        for a, r, t in zip(plan.inputs, rows, _numba_args(plan))))
+
+    def args_type(whole_repeated: bool) -> Any:
+        """The loop's inputs' types: a whole input as its core repeated for every row (layout
+        ``A``: see :func:`.loops.elements`), as calls pass it, or (``whole_repeated`` false)
+        as rows, as the floating-point check's reruns copy it."""
+        cores_of = dict(whole)
+        return nbtypes.BaseTuple.from_types(tuple(
+            _array_type(a.dtype, 1 + len(cores_of[i]), "A" if whole_repeated else "C") if i in cores_of
+            else _array_type(a.dtype, len(r or a.shape)) if a.is_array else t
+            for i, (a, r, t) in enumerate(zip(plan.inputs, rows, _numba_args(plan)))))
+
     outs_type = nbtypes.Tuple(tuple(_array_type(d, len(r)) for d, r in zip(dtypes, out_rows)))
-    masks = () if plan.where is None else (_array_type(plan.where.dtype, len(plan.where.shape)),)
+    mask_types = () if plan.where is None else (_array_type(plan.where.dtype, len(plan.where.shape)),)
     threads = run is threaded
-    run = compiled.compile_loop(run, (outs_type, *masks, args_type))
+    run = compiled.compile_loop(run, (outs_type, *mask_types, args_type(True)))
     if threads:
         run = _checked(spec, run)
+    by_rows: list[Callable[..., int]] = []  # (with whole inputs: the loop reruns take, made on first use)
+
+    def rerun(masks: tuple[Any, ...], inputs: tuple[Any, ...]) -> int:
+        """The loop's status on ``inputs`` (the floating-point check's copies, see
+        :func:`.fpflags.refine`), into scratch outputs. Whole inputs arrive there copied to
+        the loop's rows, which a loop compiled for rows takes."""
+        if not whole:
+            return run(scratch(), *masks, inputs)
+        if not by_rows:
+            by_rows.append(compiled.compile_loop(masked if masks else loop,
+                                                 (outs_type, *mask_types, args_type(False))))
+        inputs = tuple(np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in inputs)
+        return by_rows[0](scratch(), *masks, inputs)
 
     elementwise = _elementwise(plan)
     cores = plan.cores[: spec.nin]
@@ -733,7 +775,7 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
     def scratch(lo: int = 0, hi: int = n) -> tuple[np.ndarray, ...]:  # (rows lo:hi of the loop)
         return tuple(np.empty((hi - lo, *r[1:]), d) for r, d in zip(out_rows, dtypes))
 
-    if not ints and not any(rows) and out_rows == list(plan.out_shapes):
+    if not ints and not any(rows) and not whole and out_rows == list(plan.out_shapes):
         guard = overlap_guard(plan, elementwise)
 
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
@@ -757,11 +799,15 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
         for i, shape in enumerate(rows):
             if shape is not None:
                 args[i] = args[i].reshape(shape)
+        looped = list(args)
+        for i, core in whole:  # (the core repeated for every row: a stride of 0 between them)
+            given = args[i] = args[i].reshape(core)
+            looped[i] = np.ndarray((n, *core), given.dtype, given, strides=(0, *given.strides))
         shaped = tuple(o if o.shape == r else o.reshape(r) for o, r in zip(outs, out_rows))
         masks = () if where is True else (mask_before_write(where, outs),)
-        raw = run(shaped, *masks, tuple(args))
+        raw = run(shaped, *masks, tuple(looped))
         if raw:
-            _report(spec, raw, args, cores, lambda ins: run(scratch(), *masks, ins))
+            _report(spec, raw, args, cores, lambda ins: rerun(masks, ins))
         return tuple(outs)
 
     return execute

@@ -58,10 +58,29 @@ MAX_CHUNKS = 64
 MIN_CHUNK = 1 << 14
 
 
+def _whole(a: Any) -> bool:
+    """Whether a loop argument of type ``a`` is a core passed whole to every row: a generalized
+    kernel's input that the executor gives as its core repeated, a stride of 0 between rows
+    (the cpu target's ``_whole``), typed ``A`` where every other array is ``C``."""
+    return a.layout == "A" and a.ndim > 1
+
+
+def _as_c_ordered(context: Any, builder: Any, given: Any, made: Any, value: Any) -> Any:
+    """The array ``value`` of type ``given`` as type ``made``, its C-ordered twin: the same
+    data, shape and strides (which are C order's: the executor checks the core is), owner
+    and reference (taken over)."""
+    array = context.make_array(given)(context, builder, value)
+    view = context.make_array(made)(context, builder)
+    populate_array(view, data=array.data, shape=array.shape, strides=array.strides,
+                   itemsize=array.itemsize, meminfo=array.meminfo, parent=array.parent)
+    return view._getvalue()
+
+
 @intrinsic
 def elements(typingctx, args, i, casts):
     """The kernel's arguments at loop index ``i``: ``cast(a[i])`` of a 1-D array, the row
-    ``a[i]`` of an array with core dimensions (its loop dtype already), ``cast(a)`` of a scalar,
+    ``a[i]`` of an array with core dimensions (its loop dtype already; a core passed whole to
+    every row, see :func:`_whole`, as the C-ordered array it is), ``cast(a)`` of a scalar,
     with each argument's own ``cast`` (its type in the loop) from ``casts``.
 
     An intrinsic that builds the whole tuple: the recursive overload it replaces compiled a
@@ -70,7 +89,9 @@ def elements(typingctx, args, i, casts):
     for a, c in zip(args.types, casts.types):
         if isinstance(a, types.Array):
             got = typingctx.resolve_function_type(operator.getitem, (a, i), {})
-            steps.append((got, got.return_type, c.instance_type if a.ndim == 1 else got.return_type))
+            row = got.return_type
+            steps.append((got, row, c.instance_type if a.ndim == 1 else
+                          row.copy(layout="C") if _whole(a) else row))
         else:
             steps.append((None, a, c.instance_type))
 
@@ -81,7 +102,10 @@ def elements(typingctx, args, i, casts):
             value = builder.extract_value(tuple_value, k)
             if got is not None:  # (a row's view comes back a new reference, as the tuple's)
                 value = context.get_function(operator.getitem, got)(builder, (value, index))
-            values.append(context.cast(builder, value, value_type, loop_type))
+            if isinstance(value_type, types.Array) and value_type.layout != loop_type.layout:
+                values.append(_as_c_ordered(context, builder, value_type, loop_type, value))
+            else:
+                values.append(context.cast(builder, value, value_type, loop_type))
         return context.make_tuple(builder, sig.return_type, values)
 
     return types.Tuple([loop_type for _, _, loop_type in steps])(args, i, casts), codegen
