@@ -53,6 +53,8 @@ RATIO_TABLES = (
      "pipelined /cupy", "CuPy's ElementwiseKernel (cupy.divmod, cupy.modf)"),
     ("torch-calls-h200", "small calls on torch tensors, gf.exp against torch.exp, H200 (one GPU visible)",
      "x_torch_pipe", "torch.exp"),
+    ("whole-core", "a generalized kernel's input of one core for every row (a dot of rows against one "
+     "vector), 2-core CI machine", "whole/repeated", "the same call on the vector repeated for every row"),
     ("layouts", "broadcast and strided calls (gaussian), 2-core CI machine", "auto_ratio",
      "NumPy's expression"),
     ("layouts-16core", "broadcast and strided calls (gaussian), 16-core host of the GPU machine",

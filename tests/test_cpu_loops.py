@@ -401,7 +401,7 @@ def _gufuncs():
                layout="(n),(n)->()", reference=lambda a, b: np.einsum("...i,...i->...", a, b),
                name="whole_dot")
     def whole_dot(a, b, out):
-        s = a[0] * 0
+        s = 0.0
         for i in range(a.shape[0]):
             s += a[i] * b[i]
         out[0] = s
