@@ -65,14 +65,16 @@ def _whole(a: Any) -> bool:
     return a.layout == "A" and a.ndim > 1
 
 
-def _as_c_ordered(context: Any, builder: Any, given: Any, made: Any, value: Any) -> Any:
-    """The array ``value`` of type ``given`` as type ``made``, its C-ordered twin: the same
-    data, shape and strides (which are C order's: the executor checks the core is), owner
-    and reference (taken over)."""
+def _as_type(context: Any, builder: Any, given: Any, made: Any, value: Any, flat: bool = False) -> Any:
+    """``value``, an array of type ``given``, as type ``made``: the same data, item size and
+    owner, and the same shape and strides (retyped: the caller knows the memory is laid out as
+    ``made`` says) or, ``flat``, one dimension of every element (a C-contiguous array's). The
+    reference is ``value``'s, taken over."""
     array = context.make_array(given)(context, builder, value)
     view = context.make_array(made)(context, builder)
-    populate_array(view, data=array.data, shape=array.shape, strides=array.strides,
-                   itemsize=array.itemsize, meminfo=array.meminfo, parent=array.parent)
+    shape, strides = ([array.nitems], [array.itemsize]) if flat else (array.shape, array.strides)
+    populate_array(view, data=array.data, shape=shape, strides=strides, itemsize=array.itemsize,
+                   meminfo=array.meminfo, parent=array.parent)
     return view._getvalue()
 
 
@@ -103,7 +105,7 @@ def elements(typingctx, args, i, casts):
             if got is not None:  # (a row's view comes back a new reference, as the tuple's)
                 value = context.get_function(operator.getitem, got)(builder, (value, index))
             if isinstance(value_type, types.Array) and value_type.layout != loop_type.layout:
-                values.append(_as_c_ordered(context, builder, value_type, loop_type, value))
+                values.append(_as_type(context, builder, value_type, loop_type, value))
             else:
                 values.append(context.cast(builder, value, value_type, loop_type))
         return context.make_tuple(builder, sig.return_type, values)
@@ -114,12 +116,9 @@ def elements(typingctx, args, i, casts):
 def _flat_view(context: Any, builder: Any, given: Any, made: Any, value: Any) -> Any:
     """The 1-D view ``made`` of the C-contiguous array ``value`` of type ``given``, a new
     reference (it shares the array's memory and owner)."""
-    array = context.make_array(given)(context, builder, value)
-    view = context.make_array(made)(context, builder)
-    populate_array(view, data=array.data, shape=[array.nitems], strides=[array.itemsize],
-                   itemsize=array.itemsize, meminfo=array.meminfo, parent=array.parent)
-    context.nrt.incref(builder, made, view._getvalue())
-    return view._getvalue()
+    view = _as_type(context, builder, given, made, value, flat=True)
+    context.nrt.incref(builder, made, view)
+    return view
 
 
 @intrinsic
