@@ -370,6 +370,16 @@ def test_hermite_bad_n_is_value_error(n):
         gf.hermite_norm(np.zeros(3), n)
 
 
+def test_an_array_in_place_of_n_is_named_briefly():
+    """An output passed where the size goes: the message names its shape and dtype and the
+    arguments' order, not the array's values."""
+    with pytest.raises(ValueError) as raised:
+        gf.hermite_norm(np.zeros(10), np.empty((10, 32)))
+    message = str(raised.value)
+    assert message == ("hermite_norm: n must be a non-negative integer, got an array (ndarray) of "
+                       "shape (10, 32) and dtype float64 (the arguments are hermite_norm(x, n, out))")
+
+
 def test_hermite_numpy_integer_n():
     assert gf.hermite_norm(np.zeros(2), np.int64(3)).shape == (2, 3)
 

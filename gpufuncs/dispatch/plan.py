@@ -80,6 +80,11 @@ def _size(spec: KernelSpec, name: str, value: Any) -> int:
             raise TypeError
         size = operator.index(value)
     except TypeError:
+        if getattr(value, "ndim", 0) and hasattr(value, "dtype"):  # an output given before the size
+            order = ", ".join((*spec.input_names, name, "out"))
+            raise ValueError(f"{spec.name}: {name} must be a non-negative integer, got an array "
+                             f"({type(value).__name__}) of shape {tuple(value.shape)} and dtype "
+                             f"{value.dtype} (the arguments are {spec.name}({order}))") from None
         raise ValueError(f"{spec.name}: {name} must be a non-negative integer, got {value!r}") from None
     if size < 0:
         raise ValueError(f"{spec.name}: {name} must be a non-negative integer, got {size}")
