@@ -344,6 +344,7 @@ def gpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
                 f"of {sum(r['case'] == 'device' for r in rows)} device rows, at n = "
                 f"{', '.join(f'{n:.0e}' for n in sizes)}: the Python cost of a call, not the "
                 "kernel, decides small calls.", ""]
+    out += _arithmetic_bound(rows)
     small = _load(f"{name}_small")
     if small:
         out += ["Small calls, gaussian float32 at n = 1000, by array kind (CuPy's "
@@ -353,6 +354,27 @@ def gpu_section(name: str, meta: dict[str, Any], rows: list[dict[str, Any]], ope
                 _table(small["rows"], list(small["rows"][0])), ""]
         out += _torch_faster(small["rows"])
     return "\n".join(out)
+
+
+def _arithmetic_bound(rows: list[dict[str, Any]]) -> list[str]:
+    """A sentence for the largest calls that take over 1.15x a device copy while CuPy's
+    ``ElementwiseKernel`` of the same formula takes longer still: there the formula's
+    arithmetic, not memory, bounds the call on that GPU."""
+    largest = max(r["n"] for r in rows)
+    bound = [r for r in rows if r["n"] == largest and r["case"] == "device"
+             and isinstance(r["x_copy"], float) and r["x_copy"] > 1.15
+             and isinstance(r["x_cupy"], float) and r["x_cupy"] < 1.0]
+    if not bound:
+        return []
+    shown = "; ".join(f"{r['kernel']} {r['dtype']} {r['x_copy']:.2f}x the copy, CuPy "
+                      f"{r['x_copy'] / r['x_cupy']:.2f}x" for r in bound)
+    others = [r for r in rows if r["n"] == largest and r["case"] == "device" and r not in bound
+              and isinstance(r["x_copy"], float)]
+    rest = (f"; the other kernels, through the same template, take {_range(others, 'x_copy')}"
+            if others else "")
+    return [f"At n = {largest:.0e} some calls take more than 1.15x a device copy of their bytes, and "
+            f"CuPy's `ElementwiseKernel` of the same formula longer still ({shown}; pipelined{rest}): "
+            "on this GPU their arithmetic, not memory, is what bounds them.", ""]
 
 
 def _torch_faster(rows: list[dict[str, Any]]) -> list[str]:
