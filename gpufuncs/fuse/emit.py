@@ -21,7 +21,7 @@ import numba
 import numpy as np
 from numba.np.numpy_support import from_dtype
 
-from ..targets.cpu.loops import scratch, wide_vectors
+from ..targets.cpu.loops import scratch, scratch_from, wide_vectors
 from .ops import HELPERS
 from .reduction import BLOCK, COMPENSATED, FOLDED, LANES, PAIRWISE_SUMS, PAIRWISE_TREE, Reduction
 from .trace import Operand, Trace
@@ -148,7 +148,7 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     scope = {"mapped": mapped, "math": math, "np": np, **HELPERS, **_CASTS, **COMPENSATED,
              "combine": reduction.combine, "k_init": acc.type(start), "k_type": acc.type,
              "k_wide": (np.complex128 if acc.kind == "c" else np.float64)(0), "__name__": like.__module__,
-             "wide_vectors": wide_vectors, "scratch": scratch}
+             "wide_vectors": wide_vectors, "scratch": scratch, "scratch_from": scratch_from}
     params = [f"a{i}" for i in arguments]
     first = params[arrays.index(True)]
     # Indices as unsigned integers: a signed index is tested for wrapping around (NumPy's
@@ -322,7 +322,7 @@ def _row_as_numpy(cast: str, first: str, lines: list[str]) -> list[str]:
             "                    uj = t_uint64(done + k)",
             f"                    row[t_uint64(at + held + k)] = {cast}",
             "                held += step", "                done += step",
-            "            pairwise_leaf(tree, sums, row[at:], m)",
+            "            pairwise_leaf(tree, sums, scratch_from(row, at), m)",
             "            at += m", "            held -= m",
             "            m = pairwise_next(tree, sums)",
             "        out[0] = pairwise_total(tree, sums, k_init)",

@@ -284,6 +284,29 @@ def scratch(typingctx: Any, size: Any, kind: Any) -> Any:
 
 
 @intrinsic
+def scratch_from(typingctx: Any, array: Any, start: Any) -> Any:
+    """``array[start:]`` of a :func:`scratch` array (``0 <= start <= len(array)``, unchecked),
+    without a slice's index arithmetic: a few instructions, where the slice was most of the
+    bookkeeping of a row of 10 values summed."""
+    if not (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
+            and isinstance(start, types.Integer)):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        whole, first = context.make_array(array)(context, builder, args[0]), args[1]
+        intp = context.get_value_type(types.intp)
+        first = builder.sext(first, intp) if first.type.width < intp.width else first
+        view = context.make_array(array)(context, builder)
+        populate_array(view, data=builder.gep(whole.data, [first]),
+                       shape=[builder.sub(builder.extract_value(whole.shape, 0), first)],
+                       strides=[builder.extract_value(whole.strides, 0)], itemsize=whole.itemsize,
+                       meminfo=None)
+        return view._getvalue()
+
+    return array(array, start), codegen
+
+
+@intrinsic
 def default_vectors(typingctx: Any) -> Any:
     """Leave the vector width to LLVM's tuning (see :func:`wide_vectors`)."""
     return types.none(), lambda context, builder, sig, args: context.get_dummy_value()
