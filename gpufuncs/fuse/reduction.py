@@ -896,6 +896,10 @@ def compensated_total(s, c):
 #: (``PW_BLOCKSIZE``).
 BLOCK = 128
 
+#: The values a host reduction computes in one pass of its fill loop (``emit._row_as_numpy``): a
+#: multiple of the vector loops' step (512-bit vectors of float32, four at a time).
+STEP = 64
+
 
 #: Running values of a host reduction kernel's float64 (complex128) sum, ``min`` and ``max``:
 #: value ``j`` of each row of this many goes into lane ``j``, a loop over contiguous lanes,
