@@ -137,6 +137,9 @@ REDUCTIONS: tuple[tuple[str, Callable[[Any], Any], Any, Callable[[int], tuple[in
     ("x.sum(axis=1) float32, rows of 100", lambda x: x.sum(axis=1), np.float32, lambda n: (n // 100, 100)),
     ("x.sum(axis=1) float32, rows of 1000", lambda x: x.sum(axis=1), np.float32, lambda n: (n // 1000, 1000)),
     ("x[:10**5].sum() float64", lambda x: x.sum(), np.float64, lambda n: (min(n, 10**5),)),
+    ("log-density sum(axis=1) float32, rows of 100",
+     lambda x: np.log(np.exp(-0.5 * ((x - 0.5) / 1.5) ** 2) * 0.266).sum(axis=1), np.float32,
+     lambda n: (n // 100, 100)),
     ("(x * 3).sum() float64, 10 values", lambda x: (x * 3).sum(), np.float64, lambda n: (10,)),
 )
 
