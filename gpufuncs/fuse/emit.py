@@ -309,10 +309,11 @@ def _row_as_numpy(cast: str, first: str, lines: list[str]) -> list[str]:
     loop of that constant length first, then the whole steps (the values between, computed
     twice, are the same): rows of 100 float32 values had 36 of them left to the scalar code
     (a fused log-likelihood of rows of 100: 1.88 -> 0.93 ns a value; rows of 10, one loop as
-    before). That second loop of the values' code makes a fused sum's first call about 0.1 s
-    longer; one loop for every other fill: a copy of the values' code for rows of one block
-    made it 0.3 s longer (its rows of 10 float64 values were 0.47x NumPy's time against
-    0.74x)."""
+    before). The buffer and that second loop of the values' code make a fused sum's first
+    call longer (the log-likelihood's, with an empty disk cache: 1.3-1.4 -> 1.6-1.8 s; one
+    loop of two passes instead cost as much, and rows of 10 float32 values 25% more); one loop
+    for every other fill: a copy of the values' code for rows of one block made it 0.3 s
+    longer (its rows of 10 float64 values were 0.47x NumPy's time against 0.74x)."""
     return [f"    if {first}.shape[0] == 1:", f"        row = scratch({4 * BLOCK}, k_type)",
             f"        tree = scratch({PAIRWISE_TREE}, t_int64)",
             f"        sums = scratch({PAIRWISE_SUMS}, k_type)", "        ui = t_uint64(0)",
