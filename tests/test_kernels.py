@@ -8,8 +8,10 @@ and NaN) are tested explicitly.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
+from typing import Any
 
 import mpmath
 import numba
@@ -252,6 +254,24 @@ def assert_clamp_is_clip_bitwise(kernel, dtype, target):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_clamp_is_np_clip_bit_for_bit(dtype, target):
     assert_clamp_is_clip_bitwise(gf.clamp, dtype, target)
+
+
+@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_clamp_gives_the_first_nan_of_its_arguments_as_np_clip(dtype, target):
+    """NaN in several arguments: the first one's, bit for bit (x's, then xmin's, then xmax's),
+    as np.clip gives it with array bounds (NaNs of three payloads, every combination)."""
+    unsigned = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    quiet = np.array(np.nan, dtype).view(unsigned)[()]
+
+    def nan(payload: int) -> Any:
+        return np.array(quiet + payload, unsigned).view(dtype)[()]
+
+    x, lo, hi = (np.array(v, dtype) for v in zip(*itertools.product(
+        [nan(1), dtype(0.5)], [nan(2), dtype(-1)], [nan(3), dtype(1)])))
+    got, want = gf.clamp(x, lo, hi, target=target), np.clip(x, lo, hi)
+    assert got.view(unsigned).tolist() == want.view(unsigned).tolist()
+    assert want.view(unsigned).tolist()[:7] == [quiet + p for p in (1, 1, 1, 1, 2, 2, 3)]
 
 
 @pytest.mark.parametrize("target", HOST)

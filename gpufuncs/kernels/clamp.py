@@ -27,9 +27,11 @@ def clamp(x, xmin, xmax):
     low = xmin if x < xmin else x
     clipped = xmax if low > xmax else low
     # NaN anywhere gives the first NaN of x, xmin, xmax, as np.clip (no ordered comparison
-    # above decides for a NaN). Selects only, computed for every element in vector code, where
-    # x + xmin + xmax raised invalid for inf + -inf; one expression, no early return, with `|`
-    # rather than a short-circuit `or`: the body is the same few selects wherever it is
-    # inlined, which LLVM turns into one vector min and max.
-    first_nan = x if x != x else (xmin if xmin != xmin else xmax)
-    return first_nan if (x != x) | (xmin != xmin) | (xmax != xmax) else clipped
+    # above decides for a NaN): one select per argument, the last argument's first, each on
+    # the one before, computed for every element in vector code (no sum of the arguments,
+    # which raised invalid for inf + -inf, no early return). Flat, not nested: with array
+    # bounds the nested choice of the NaN compiled to slower vector code (2-core machine,
+    # 10^6 float64 values and bounds, cpu: 0.87 -> 0.56 ms; np.clip 0.79).
+    result = xmax if xmax != xmax else clipped
+    result = xmin if xmin != xmin else result
+    return x if x != x else result
