@@ -256,7 +256,7 @@ def test_clamp_is_np_clip_bit_for_bit(dtype, target):
     assert_clamp_is_clip_bitwise(gf.clamp, dtype, target)
 
 
-@pytest.mark.parametrize("target", HOST)
+@pytest.mark.parametrize("target", [*HOST, pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_clamp_gives_the_first_nan_of_its_arguments_as_np_clip(dtype, target):
     """NaN in several arguments: the first one's, bit for bit (x's, then xmin's, then xmax's),
