@@ -300,20 +300,13 @@ def _row_as_numpy(cast: str, first: str, lines: list[str]) -> list[str]:
     not, and a 1-D array; along another order, rows of a Fortran array, it is at least as
     accurate). The helpers sum the tree's blocks (:func:`.reduction.numpy_block_sum`, its
     eight running sums one vector) from a buffer that the values fill :data:`.reduction.BLOCK`
-    at a time, each computed once, whatever the blocks' lengths: a loop over a block's own
-    length (120 values, or 97) left the vectorized loop's remainder, up to 31 float32 values,
-    to the scalar code, one exp and log at a time (2-core machine, a fused log-likelihood of
-    10^5 float32 values: 127 -> 78 us). The unread values move to the front where the
-    buffer is full. A fill of more than :data:`.reduction.STEP` values whose remainder past
-    the last whole step is a quarter step or more computes its last ``STEP`` values in a
-    loop of that constant length first, then the whole steps (the values between, computed
-    twice, are the same): rows of 100 float32 values had 36 of them left to the scalar code
-    (a fused log-likelihood of rows of 100: 1.88 -> 0.93 ns a value; rows of 10, one loop as
-    before). The buffer and that second loop of the values' code make a fused sum's first
-    call longer (the log-likelihood's, with an empty disk cache: 1.3-1.4 -> 1.6-1.8 s; one
-    loop of two passes instead cost as much, and rows of 10 float32 values 25% more); one loop
-    for every other fill: a copy of the values' code for rows of one block made it 0.3 s
-    longer (its rows of 10 float64 values were 0.47x NumPy's time against 0.74x)."""
+    at a time, each computed once, whatever the blocks' lengths (120 values, or 97): a loop of
+    a block's own length left the vectorized loop's remainder, up to 63 float32 values, to
+    scalar code. The unread values move to the front where the buffer is full. A fill whose
+    remainder past its last whole :data:`.reduction.STEP` is a quarter step or more computes
+    its last ``STEP`` values in a loop of that constant length first (the values computed
+    twice are the same). One loop of the values' code otherwise: each copy makes a fused
+    sum's first call longer (the measurements are in the commits that made this)."""
     return [f"    if {first}.shape[0] == 1:", f"        row = scratch({4 * BLOCK}, k_type)",
             f"        tree = scratch({PAIRWISE_TREE}, t_int64)",
             f"        sums = scratch({PAIRWISE_SUMS}, k_type)", "        ui = t_uint64(0)",

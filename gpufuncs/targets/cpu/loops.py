@@ -293,13 +293,12 @@ def scratch_from(typingctx: Any, array: Any, start: Any) -> Any:
         return None
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        whole, first = context.make_array(array)(context, builder, args[0]), args[1]
-        intp = context.get_value_type(types.intp)
-        first = builder.sext(first, intp) if first.type.width < intp.width else first
+        buffer = context.make_array(array)(context, builder, args[0])
+        first = context.cast(builder, args[1], start, types.intp)  # (signed or not, any width)
         view = context.make_array(array)(context, builder)
-        populate_array(view, data=builder.gep(whole.data, [first]),
-                       shape=[builder.sub(builder.extract_value(whole.shape, 0), first)],
-                       strides=[builder.extract_value(whole.strides, 0)], itemsize=whole.itemsize,
+        populate_array(view, data=builder.gep(buffer.data, [first]),
+                       shape=[builder.sub(builder.extract_value(buffer.shape, 0), first)],
+                       strides=[builder.extract_value(buffer.strides, 0)], itemsize=buffer.itemsize,
                        meminfo=None)
         return view._getvalue()
 
