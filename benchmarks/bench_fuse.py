@@ -311,26 +311,62 @@ print(time.perf_counter() - t)
 """
 
 
+#: The fused log-likelihood's first call (a reduction: NumPy's pairwise order), the same way.
+_FUSED_LOGLIK_FIRST = """
+import time, numpy as np, gpufuncs as gf
+x = np.linspace(-3, 3, 1000, dtype=np.float32)
+@gf.fuse
+def loglik(x, mu, s):
+    return np.log(gf.gaussian(x, mu, s)).sum()
+t = time.perf_counter()
+loglik(x, 0.0, 1.0, target="cpu")
+print(time.perf_counter() - t)
+"""
+#: The same by hand: an ``@njit`` loop adding the values one after the other (in float64, a
+#: plainer sum than NumPy's pairwise one, which the fused function keeps).
+_BY_HAND_LOGLIK_FIRST = """
+import math, time, numba, numpy as np, gpufuncs as gf
+x = np.linspace(-3, 3, 1000, dtype=np.float32)
+gaussian = numba.njit(gf.gaussian.spec.pyfunc)
+t = time.perf_counter()
+@numba.njit
+def loglik(x, mu, s):
+    total = 0.0
+    for v in x:
+        total += math.log(gaussian(v, mu, s))
+    return np.float32(total)
+loglik(x, np.float32(0), np.float32(1))
+print(time.perf_counter() - t)
+"""
+
+#: The first-call cases: a name, the fused code and the code by hand.
+_FIRST_CALLS = (("chain, float32, cpu, empty disk cache", _FUSED_FIRST, _BY_HAND_FIRST),
+                ("log-likelihood .sum(), float32, cpu, empty disk cache", _FUSED_LOGLIK_FIRST,
+                 _BY_HAND_LOGLIK_FIRST))
+
+
 def first_call_rows(quick: bool) -> list[dict[str, Any]]:
-    """The fused chain's first call in a fresh process with an empty Numba disk cache (its
+    """Each fused function's first call in a fresh process with an empty Numba disk cache (its
     compilation) against Numba compiling the same body written by hand, alternating, medians
     of 3 (5 unless ``quick``) processes each, seconds."""
     import statistics
     import subprocess
     import tempfile
 
-    times: dict[str, list[float]] = {"fused": [], "by hand": []}
-    for _ in range(3 if quick else 5):
-        for name, code in (("fused", _FUSED_FIRST), ("by hand", _BY_HAND_FIRST)):
-            with tempfile.TemporaryDirectory() as cache:
-                env = {**os.environ, "NUMBA_CACHE_DIR": cache}
-                done = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                      capture_output=True, text=True)
-            times[name].append(float(done.stdout.split()[-1]))
-    fused, hand = statistics.median(times["fused"]), statistics.median(times["by hand"])
-    return [{"n": 1000, "case": "chain, float32, cpu, empty disk cache",
-             "fused first call s": round(fused, 3), "numba by hand s": round(hand, 3),
-             "fused/by hand": round(fused / hand, 3)}]
+    rows = []
+    for case, fused_code, hand_code in _FIRST_CALLS:
+        times: dict[str, list[float]] = {"fused": [], "by hand": []}
+        for _ in range(3 if quick else 5):
+            for name, code in (("fused", fused_code), ("by hand", hand_code)):
+                with tempfile.TemporaryDirectory() as cache:
+                    env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+                    done = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                          capture_output=True, text=True)
+                times[name].append(float(done.stdout.split()[-1]))
+        fused, hand = statistics.median(times["fused"]), statistics.median(times["by hand"])
+        rows.append({"n": 1000, "case": case, "fused first call s": round(fused, 3),
+                     "numba by hand s": round(hand, 3), "fused/by hand": round(fused / hand, 3)})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -424,8 +460,9 @@ def _loglik_main(opts: argparse.Namespace) -> None:
 def _first_call_main(opts: argparse.Namespace) -> None:
     rows = first_call_rows(opts.quick)
     meta = machine_info({"suite": "firstcall", "target": "cpu",
-                         "function": "the fused chain's first call against Numba's @vectorize of the "
-                                     "same body by hand, fresh processes, empty disk cache"})
+                         "function": "fused functions' first calls against Numba compiling the same "
+                                     "body by hand (@vectorize, or an @njit loop for the sum), fresh "
+                                     "processes, empty disk cache"})
     for row in rows:
         print(row, flush=True)
     if opts.save:

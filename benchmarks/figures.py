@@ -102,10 +102,12 @@ RATIO_TABLES = (
      "against cupy.ReductionKernel", "reduce/cp.sum sync",
      "cp.sum(x), call + synchronize"),
     ("cpu_firstcall", "A fused function's first call, 2-core CI machine: the chain "
-     "clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1) on float32, target cpu, in fresh processes "
+     "clamp(gaussian(x, mu, s) * w + np.exp(-x), 0, 1) and the log-likelihood "
+     "np.log(gaussian(x, mu, s)).sum() on float32, target cpu, in fresh processes "
      "with an empty Numba disk cache (its compilation, s), beside Numba compiling the same body "
-     "written by hand as @vectorize",
-     "fused/by hand", "Numba's @vectorize of the same body, compiled and called once"),
+     "written by hand (as @vectorize; the sum as an @njit loop adding one value after another, "
+     "where the fused sum keeps NumPy's pairwise order)",
+     "fused/by hand", "Numba compiling the same body by hand, called once"),
     ("cpu_fresh", "A fresh process, 2-core CI machine: import + the first gaussian call at 10^6 float64 with "
      "a warm disk cache (s), and the memory one user kernel's definition and first call add, after a "
      "first other kernel, with a warm and a cold cache (MB resident); medians of fresh processes, beside "

@@ -503,6 +503,22 @@ def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypa
     assert loops and all(name.startswith("parallel") for name in loops), loops
 
 
+def test_a_sum_compiles_only_the_kernel_its_cores_need():
+    """A host sum of rows (a 1-D array, or each row of a 2-D one) runs a kernel whose core is
+    one row, summed in NumPy's order (its bits); a sum over two axes the kernel of ``(m, n)``
+    cores. Each is compiled on its first use only: a fused sum's first call compiles one."""
+    fused = gf.fuse(lambda a: (a * 3).sum(axis=-1))
+    both = gf.fuse(lambda a: (a * 3).sum())
+    x = np.linspace(-2, 2, 12 * 999).astype(np.float32).reshape(12, 999)
+    np.testing.assert_array_equal(fused(x, target="cpu"), (x * 3).sum(axis=-1))
+    np.testing.assert_array_equal(both(x[0], target="cpu"), (x[0] * 3).sum())
+    (rows,) = fused.checked((x,)).reductions
+    assert [key[-1] for key in rows._kernels] == [True]  # (arrays, device, C order, columns, one row)
+    np.testing.assert_allclose(both(x, target="cpu"), math.fsum((x * 3).ravel().tolist()), rtol=1e-7)
+    (whole,) = both.checked((x,)).reductions
+    assert [key[-1] for key in whole._kernels] == [True, False]
+
+
 def test_check_fused_checks_reductions_within_numpys_summation_error():
     """check_fused draws arguments (infinities and NaN included) and bounds a compensated sum's
     distance from NumPy's pairwise one by NumPy's own error; an integer or a maximum exactly."""

@@ -23,7 +23,17 @@ from numba.np.numpy_support import from_dtype
 
 from ..targets.cpu.loops import scratch, scratch_from, wide_vectors
 from .ops import HELPERS
-from .reduction import BLOCK, COMPENSATED, FOLDED, LANES, PAIRWISE_SUMS, PAIRWISE_TREE, STEP, Reduction
+from .reduction import (
+    BLOCK,
+    COMPENSATED,
+    FOLDED,
+    LANES,
+    PAIRWISE_SUMS,
+    PAIRWISE_TREE,
+    STEP,
+    Reduction,
+    sums_rows_as_numpy,
+)
 from .trace import Operand, Trace
 
 #: The cast to each dtype, by the name the expressions use (``t_float32(x)``).
@@ -132,16 +142,20 @@ def signature(trace: Trace, arguments: tuple[int, ...], outputs: tuple[int, ...]
 def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[int, ...],
                        reduction: Reduction, arrays: tuple[bool, ...],
                        blocked: bool = True, columns: bool = False,
-                       numpy_rows: bool = True) -> types.FunctionType:
+                       one_row: bool = False) -> types.FunctionType:
     """The body of the generalized kernel computing ``reduction`` of ``trace``: for each element
     of its two-dimensional core, the fused value (the scalar function of the reduced symbol,
     called as an ``@njit`` helper), added into the accumulator. Its parameters are the
     ``arguments`` (a ``(m, n)`` core array where ``arrays`` says so, else a scalar) and the
     one-element output. ``blocked``: the host's loops (values in blocks of :data:`BLOCK`, or
     in lanes: see :func:`_in_lanes`); a GPU thread adds one value at a time.
-    ``columns``: the body of ``(m,k)->(k)`` instead (see :func:`_columns`). ``numpy_rows``: a
-    host float32 or float64 sum of a core of one row is NumPy's (see :func:`_row_as_numpy`);
-    pieces of one reduction keep the compensated sums instead, more accurate than NumPy's."""
+    ``columns``: the body of ``(m,k)->(k)`` instead (see :func:`_columns`). ``one_row``: the
+    host body of a sum whose core is one row, ``(n)`` (only where
+    :func:`.reduction.sums_rows_as_numpy`), summed as NumPy sums it (see
+    :func:`_row_as_numpy`); the body of ``(m, n)`` cores, and of the pieces of one reduction,
+    keeps compensated sums, more accurate than NumPy's. (Two kernels, not one body with a
+    branch on ``m``: a call compiles only the one its cores need, and each copy of the
+    values' code is a part of a fused sum's first call.)"""
     acc, name = reduction.dtype, reduction.name
     mapped = numba.njit(scalar_function(trace, like, arguments, (reduction.symbol,)))
     start = reduction.start if name == "reduce" else _initial(name, acc)
@@ -153,18 +167,22 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     first = params[arrays.index(True)]
     # Indices as unsigned integers: a signed index is tested for wrapping around (NumPy's
     # negative indices) at every load, and that branch keeps the loops from vectorizing.
-    value = f"mapped({', '.join(f'{p}[ui, uj]' if a else p for p, a in zip(params, arrays))})"
+    index = "[uj]" if one_row else "[ui, uj]"
+    value = f"mapped({', '.join(f'{p}{index}' if a else p for p, a in zip(params, arrays))})"
     cast = f"({value}) != 0" if name in ("any", "all") or acc.kind == "b" else f"t_{acc.name}({value})"
     loops = [f"    for i in range({first}.shape[0]):", "        ui = t_uint64(i)",
              f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)"]
-    if columns:
+    if one_row:
+        assert blocked and sums_rows_as_numpy(reduction), "a one-row body is a host sum's"
+        lines = _row_as_numpy(cast, first)
+    elif columns:
         lines = _columns(name, acc, cast, first)
     elif blocked and name == "reduce":
         lines = _pairwise(acc, cast, first, loops)
     elif blocked and name in ("min", "max"):
         lines = _extreme_in_lanes(name, cast, first, loops)
     elif name in ("sum", "mean") and acc.kind in "fc":
-        lines = _compensated(acc, cast, first, loops, blocked, numpy_rows)
+        lines = _compensated(acc, cast, first, loops, blocked)
     else:
         lines = ["    s = k_init", *loops, f"            v = {cast}",
                  f"            s = {_COMBINE[name].format(acc=acc.name, s='s')}", "    out[0] = s"]
@@ -293,64 +311,59 @@ def _sum_in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
             "    out[0] = lanes_total(lane_s, lane_e, k_init, used)"]
 
 
-def _row_as_numpy(cast: str, first: str, lines: list[str]) -> list[str]:
-    """A host floating sum's statements ``lines``, after a branch that sums a core of one row
-    as NumPy sums it, in its pairwise order (see :func:`.reduction.pairwise_next`): NumPy's
-    bits, where NumPy reduces the row in one inner loop (a C-ordered array's rows, strided or
-    not, and a 1-D array; along another order, rows of a Fortran array, it is at least as
-    accurate). The helpers sum the tree's blocks (:func:`.reduction.numpy_block_sum`, its
-    eight running sums one vector) from a buffer that the values fill :data:`.reduction.BLOCK`
-    at a time, each computed once, whatever the blocks' lengths (120 values, or 97): a loop of
-    a block's own length left the vectorized loop's remainder, up to 63 float32 values, to
-    scalar code. The unread values move to the front where the buffer is full. A fill whose
-    remainder past its last whole :data:`.reduction.STEP` is a quarter step or more computes
-    its last ``STEP`` values in a loop of that constant length first (the values computed
-    twice are the same). One loop of the values' code otherwise: each copy makes a fused
-    sum's first call longer (the measurements are in the commits that made this)."""
-    return [f"    if {first}.shape[0] == 1:", f"        row = scratch({4 * BLOCK}, k_type)",
-            f"        tree = scratch({PAIRWISE_TREE}, t_int64)",
-            f"        sums = scratch({PAIRWISE_SUMS}, k_type)", "        ui = t_uint64(0)",
-            f"        count = {first}.shape[1]", "        done = 0", "        at = 0", "        held = 0",
-            "        m = pairwise_begin(tree, sums, count)", "        while m:",
-            "            if held < m:",
-            f"                if at + held + {BLOCK} > {4 * BLOCK}:",
-            "                    for k in range(held):",
-            "                        row[t_uint64(k)] = row[t_uint64(at + k)]",
-            "                    at = 0",
-            f"                step = min({BLOCK}, count - done)",
-            f"                if step > {STEP} and step % {STEP} >= {STEP // 4}:",
-            f"                    for k in range({STEP}):",
-            f"                        uj = t_uint64(done + step - {STEP} + k)",
-            f"                        row[t_uint64(at + held + step - {STEP} + k)] = {cast}",
-            f"                    step_first = step - step % {STEP}",
-            "                else:",
-            "                    step_first = step",
-            "                for k in range(step_first):",
-            "                    uj = t_uint64(done + k)",
-            f"                    row[t_uint64(at + held + k)] = {cast}",
-            "                held += step", "                done += step",
-            "            pairwise_leaf(tree, sums, scratch_from(row, at), m)",
-            "            at += m", "            held -= m",
-            "            m = pairwise_next(tree, sums)",
-            "        out[0] = pairwise_total(tree, sums, k_init)",
-            "    else:", *(f"    {line}" for line in lines)]
+def _row_as_numpy(cast: str, first: str) -> list[str]:
+    """A host floating sum's statements for a core of one row, ``(n)``, summed as NumPy sums
+    it, in its pairwise order (see :func:`.reduction.pairwise_next`): NumPy's bits, where NumPy
+    reduces the row in one inner loop (a C-ordered array's rows, strided or not, and a 1-D
+    array; along another order, rows of a Fortran array, it is at least as accurate). The
+    helpers sum the tree's blocks (:func:`.reduction.numpy_block_sum`, its eight running sums
+    one vector) from a buffer that the values fill :data:`.reduction.BLOCK` at a time, each
+    computed once, whatever the blocks' lengths (120 values, or 97): a loop of a block's own
+    length left the vectorized loop's remainder, up to 63 float32 values, to scalar code. The
+    unread values move to the front where the buffer is full. A fill whose remainder past its
+    last whole :data:`.reduction.STEP` is a quarter step or more computes its last ``STEP``
+    values in a loop of that constant length first (the values computed twice are the same).
+    One loop of the values' code otherwise: each copy makes a fused sum's first call longer
+    (the measurements are in the commits that made this)."""
+    return [f"    row = scratch({4 * BLOCK}, k_type)", f"    tree = scratch({PAIRWISE_TREE}, t_int64)",
+            f"    sums = scratch({PAIRWISE_SUMS}, k_type)",
+            f"    count = {first}.shape[0]", "    done = 0", "    at = 0", "    held = 0",
+            "    m = pairwise_begin(tree, sums, count)", "    while m:",
+            "        if held < m:",
+            f"            if at + held + {BLOCK} > {4 * BLOCK}:",
+            "                for k in range(held):",
+            "                    row[t_uint64(k)] = row[t_uint64(at + k)]",
+            "                at = 0",
+            f"            step = min({BLOCK}, count - done)",
+            f"            if step > {STEP} and step % {STEP} >= {STEP // 4}:",
+            f"                for k in range({STEP}):",
+            f"                    uj = t_uint64(done + step - {STEP} + k)",
+            f"                    row[t_uint64(at + held + step - {STEP} + k)] = {cast}",
+            f"                step_first = step - step % {STEP}",
+            "            else:",
+            "                step_first = step",
+            "            for k in range(step_first):",
+            "                uj = t_uint64(done + k)",
+            f"                row[t_uint64(at + held + k)] = {cast}",
+            "            held += step", "            done += step",
+            "        pairwise_leaf(tree, sums, scratch_from(row, at), m)",
+            "        at += m", "        held -= m",
+            "        m = pairwise_next(tree, sums)",
+            "    out[0] = pairwise_total(tree, sums, k_init)"]
 
 
-def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool,
-                 numpy_rows: bool) -> list[str]:
+def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
     """A floating sum's statements: each value (or, ``blocked``, each block's sum, see
     :func:`.reduction.wide_block_sum`) added with Neumaier's compensation, real and imaginary
     parts apart; float64 (complex128) values on the host go :func:`_sum_in_lanes` instead.
     On the host, ``float32`` and ``complex64`` values are summed in ``float64`` (a block's
     plain sum there loses less than the compensated float32 one, and vectorizes), the total
-    rounded once to the accumulation dtype; and a float32 or float64 core of one row is
-    summed as NumPy sums it (:func:`_row_as_numpy`)."""
+    rounded once to the accumulation dtype (a core of one row has a body of its own:
+    :func:`_row_as_numpy`)."""
     part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
     wide = np.dtype(np.float64) if blocked else part  # (a GPU thread sums in the dtype itself)
-    as_numpy = blocked and numpy_rows and acc in (np.float32, np.float64)
     if blocked and part.itemsize == wide.itemsize:
-        lanes = _sum_in_lanes(cast, first, loops)
-        return _row_as_numpy(cast, first, lanes) if as_numpy else lanes
+        return _sum_in_lanes(cast, first, loops)
     parts = ("r", "i") if acc.kind == "c" else ("r",)
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:  # float32 (complex64) values, summed in float64 (complex128)
@@ -363,7 +376,7 @@ def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked
                   f"            s{k} = p", f"            c{k} = q"]
     totals = [f"t_{part.name}(compensated_total(s{k}, c{k}))" for k in parts]
     lines.append(f"    out[0] = {'complex(' + ', '.join(totals) + ')' if acc.kind == 'c' else totals[0]}")
-    return _row_as_numpy(cast, first, lines) if as_numpy else lines
+    return lines
 
 
 def _initial(name: str, dtype: np.dtype) -> Any:

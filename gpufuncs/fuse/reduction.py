@@ -372,7 +372,7 @@ class ReducingPart:
             return self._combine_rows(in_pieces(kernel, operands, arrays, options, r.dtype), len(kept))
         if _in_pieces(shape, kept, reduced):
             return np.reshape(self._split(operands, arrays, options), [shape[d] for d in kept])
-        result = self._host_kernel(operands, arrays)(*operands, **options)
+        result = self._host_call(operands, arrays, options)
         if len(reduced) > 2:  # the kernel's core took the last two reduced axes; the others remain
             result = _reduce_trailing(r, result, len(kept))
         return result
@@ -387,14 +387,16 @@ class ReducingPart:
         r = self.reduction
         trailing = len(kept) if len(reduced) > 2 else None  # see _by_cores
 
+        kernel, one_row = self._host_kernel([_core_view(v, shape, kept, reduced) if a else v
+                                             for v, a in zip(values, arrays)], arrays)
+        core = _row_view if one_row else _core_view
+
         def views(values: list[Any]) -> tuple[Any, ...]:
             if len(values) == 1:  # (the commonest: no generator; one argument is an array, see __call__)
-                return (_core_view(values[0], shape, kept, reduced),)
-            return tuple(_core_view(v, shape, kept, reduced) if a else _scalar(v)
-                         for v, a in zip(values, arrays))
+                return (core(values[0], shape, kept, reduced),)
+            return tuple(core(v, shape, kept, reduced) if a else _scalar(v) for v, a in zip(values, arrays))
 
         operands = views(values)
-        kernel = self._host_kernel(list(operands), arrays)
         resolved = kernel.resolve(*operands, **options)
         if not isinstance(resolved, ResolvedCall):  # (a call handed to an argument's library)
             def run(values: list[Any]) -> Any:
@@ -415,7 +417,7 @@ class ReducingPart:
         order = (*kept[:-1], axis, kept[-1])
         operands = [np.transpose(_broadcast(v, shape), order) if a else _scalar(v)
                     for v, a in zip(values, arrays)]
-        return self._host_kernel(operands, arrays, columns=True)(*operands, **options)
+        return self._host_call(operands, arrays, options, columns=True)
 
     def _in_one_launch(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
                        kept: list[int], options: dict[str, Any],
@@ -485,18 +487,18 @@ class ReducingPart:
         m, n = next(v for v, a in zip(operands, arrays) if a).shape[-2:]
         axis, length = (-2, m) if m >= PIECES else (-1, n)
         if length < PIECES:
-            return self._combine([self._host_kernel(operands, arrays)(*operands, **options)])
+            return self._combine([self._host_call(operands, arrays, options)])
         if options.get("target", "auto") == "auto":
             # The pieces are there for the cores: ``auto`` alone measures a generalized kernel's
             # call by its loop elements, 64 pieces here, and takes ``cpu`` below ALWAYS_CPU.
             options = {**options, "target": "parallel"}
         size = length // PIECES
         pieces = [cut(v, axis, PIECES, size) if a else v for v, a in zip(operands, arrays)]
-        parts = [self._host_kernel(pieces, arrays, pieces=True)(*pieces, **options)]
+        parts = [self._host_call(pieces, arrays, options, pieces=True)]
         if length % PIECES:
             rest = [(v[..., PIECES * size:, :] if axis == -2 else v[..., PIECES * size:]) if a else v
                     for v, a in zip(operands, arrays)]
-            parts.append(self._host_kernel(rest, arrays, pieces=True)(*rest, **options))
+            parts.append(self._host_call(rest, arrays, options, pieces=True))
         return self._combine(parts)
 
     def _combine_rows(self, parts: Any, kept: int) -> Any:
@@ -543,41 +545,55 @@ class ReducingPart:
         """The text of the kernel that host calls with array arguments run."""
         return self._make_body((True,) * len(self.arguments)).source
 
+    def _host_call(self, operands: list[Any], arrays: tuple[bool, ...], options: dict[str, Any],
+                   columns: bool = False, pieces: bool = False) -> Any:
+        """The host kernel's call on these core views (see :meth:`_host_kernel`): cores of one
+        row as the rows, where its kernel takes those."""
+        kernel, one_row = self._host_kernel(operands, arrays, columns, pieces)
+        if one_row:
+            operands = [v[..., 0, :] if a else v for v, a in zip(operands, arrays)]
+        return kernel(*operands, **options)
+
     def _host_kernel(self, operands: list[Any], arrays: tuple[bool, ...], columns: bool = False,
-                     pieces: bool = False) -> Kernel:
+                     pieces: bool = False) -> tuple[Kernel, bool]:
         """The host kernel for these core views: the one for C-ordered cores where every
         array's is (loads the compiler can vectorize), else the one for any strides. Checked
         on every call, as the views are made per call: a kernel compiled for C-ordered cores
         reads a strided one wrongly, without a word. ``pieces``: the cores are pieces of one
-        reduction (see :meth:`_split`)."""
+        reduction (see :meth:`_split`), whose rows are not summed as NumPy sums a row; other
+        cores of one row are, by a kernel of their own, whose core is the row (see
+        :func:`.emit.reduction_function`): returned with whether that is the kernel."""
         ordered = all(_c_ordered_core(v) for v, a in zip(operands, arrays) if a)
-        return self._kernel(arrays, on_device=False, c_ordered=ordered, columns=columns, pieces=pieces)
+        one_row = (not (columns or pieces) and sums_rows_as_numpy(self.reduction)
+                   and next(v for v, a in zip(operands, arrays) if a).shape[-2] == 1)
+        kernel = self._kernel(arrays, on_device=False, c_ordered=ordered, columns=columns, one_row=one_row)
+        return kernel, one_row
 
     def _kernel(self, arrays: tuple[bool, ...], on_device: bool, c_ordered: bool = False,
-                columns: bool = False, pieces: bool = False) -> Kernel:
+                columns: bool = False, one_row: bool = False) -> Kernel:
         """The kernel for arguments that are arrays where ``arrays`` says so: GPU threads add
         one value at a time (``on_device``), host loops a block of values at a time;
         ``c_ordered``: for core views in C order only (see :meth:`_host_kernel`); ``columns``:
-        ``(m,k)->(k)``, reducing the first core axis (see :meth:`_columns`); ``pieces``: for
-        pieces of one reduction, whose rows are not summed as NumPy sums a row (see
-        :func:`.emit.reduction_function`)."""
-        key = (arrays, on_device, c_ordered, columns, pieces)
+        ``(m,k)->(k)``, reducing the first core axis (see :meth:`_columns`); ``one_row``: the
+        host body for cores of one row (see :func:`.emit.reduction_function`)."""
+        key = (arrays, on_device, c_ordered, columns, one_row)
         found = self._kernels.get(key)
         if found is None:
-            found = self._kernels[key] = Kernel(self._spec(arrays, on_device, c_ordered, columns, pieces))
+            found = self._kernels[key] = Kernel(self._spec(arrays, on_device, c_ordered, columns, one_row))
         return found
 
     def _spec(self, arrays: tuple[bool, ...], on_device: bool, c_ordered: bool, columns: bool,
-              pieces: bool) -> KernelSpec:
+              one_row: bool) -> KernelSpec:
         from numba.np.numpy_support import from_dtype
 
-        core = "[:, ::1]" if c_ordered else "[:, :]"
+        core = {(False, False): "[:, :]", (False, True): "[:, ::1]", (True, False): "[:]",
+                (True, True): "[::1]"}[one_row, c_ordered]
         types = [f"{from_dtype(d)}{core}" if a else str(from_dtype(d)) for d, a in zip(self._dtypes, arrays)]
         signature = f"void({', '.join(types)}, {from_dtype(self.reduction.dtype)}[:])"
-        core_layout, result = ("(m,k)", "(k)") if columns else ("(m,n)", "()")
+        core_layout, result = ("(m,k)", "(k)") if columns else ("(n)", "()") if one_row else ("(m,n)", "()")
         layout = ",".join(core_layout if a else "()" for a in arrays) + "->" + result
         nargs = len(arrays) + 1
-        body = self._make_body(arrays, blocked=not on_device, columns=columns, numpy_rows=not pieces)
+        body = self._make_body(arrays, blocked=not on_device, columns=columns, one_row=one_row)
         return KernelSpec(name=self.name, pyfunc=body,
                           loops=(parse_loop(signature, nargs, True, nout=1),), layout=parse_layout(layout),
                           reference=None, tolerances={}, doc="", arg_names=(*self.names, "out"))
@@ -603,6 +619,12 @@ def _broadcast(value: Any, shape: tuple[int, ...]) -> Any:
     # array-likes still go through broadcast_to, which gives a plain array, as before.)
     plain = type(value) is np.ndarray or library_of(type(value)) == "cupy"
     return value if plain and value.shape == shape else np.broadcast_to(value, shape)
+
+
+def sums_rows_as_numpy(reduction: Reduction) -> bool:
+    """Whether a host reduction of cores of one row has a body of its own, that sums each row
+    as NumPy does (:func:`.emit._row_as_numpy`): a float32 or float64 sum or mean."""
+    return reduction.name in ("sum", "mean") and reduction.dtype in (np.float32, np.float64)
 
 
 def _in_pieces(shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> bool:
@@ -681,6 +703,11 @@ def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: lis
     if len(reduced) == 0:
         return view[..., None, None]
     return view[..., None, :] if len(reduced) == 1 else view
+
+
+def _row_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:
+    """:func:`_core_view` of a reduction whose core is one row: the row (a core ``(n)``)."""
+    return _core_view(value, shape, kept, reduced)[..., 0, :]
 
 
 def _c_ordered_core(view: Any) -> bool:
