@@ -728,6 +728,26 @@ def _host(result):
     return result.get() if hasattr(result, "get") else np.asarray(result)
 
 
+@pytest.mark.parametrize("func, dtype, shape", [
+    (lambda x: np.log(x).sum(), np.float32, (5000,)),  # a row, in NumPy's order
+    (lambda x: (x * 3).sum(), np.float64, (3, 5000)),  # lanes of an (m, n) core
+    (lambda x: (x * 3).sum(), np.float32, (3, 5000)),  # blocks of an (m, n) core
+    (lambda x: (x * 3).max(), np.float64, (5000,)),  # lanes
+    (lambda x: np.hypot.reduce(x * 3), np.float32, (5000,)),  # a combining kernel's pairwise blocks
+], ids=["row", "lanes-sum", "blocks", "lanes-max", "pairwise"])
+def test_host_reduction_loops_prefetch_what_they_read(func, dtype, shape):
+    """A host reduction's fill loops prefetch their arrays ``reduction.AHEAD`` values ahead:
+    without it, a fused log-likelihood of 10^7 float32 values took 1.9x its time per value at
+    10^6 (2-core machine), its loads waiting on memory. A hint only: the values are NumPy's."""
+    f = gf.fuse(func)
+    x = np.linspace(1, 2, math.prod(shape), dtype=dtype).reshape(shape)
+    np.testing.assert_allclose(f(x, target="cpu"), func(x.astype(np.float64)), rtol=1e-6)
+    (part,) = f._compiled_for((x,)).reductions
+    (kernel,) = part._kernels.values()
+    scalar = kernel.compiled("cpu").scalar()
+    assert "llvm.prefetch" in scalar.inspect_llvm(scalar.signatures[0])
+
+
 def test_host_reduction_loops_ask_for_512_bit_vectors():
     """A fused reduction's loops are its kernel's own (rows, lanes, blocks), vectorized where
     that kernel compiles: they ask for 512-bit vectors as the flat loops do

@@ -13,17 +13,20 @@ what the eager call computes, one element at a time.
 from __future__ import annotations
 
 import cmath
+import functools
 import math
 import types
+from collections.abc import Callable
 from typing import Any
 
 import numba
 import numpy as np
 from numba.np.numpy_support import from_dtype
 
-from ..targets.cpu.loops import scratch, scratch_from, wide_vectors
+from ..targets.cpu.loops import prefetch, scratch, scratch_from, wide_vectors
 from .ops import HELPERS
 from .reduction import (
+    AHEAD,
     BLOCK,
     COMPENSATED,
     FOLDED,
@@ -162,7 +165,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     scope = {"mapped": mapped, "math": math, "np": np, **HELPERS, **_CASTS, **COMPENSATED,
              "combine": reduction.combine, "k_init": acc.type(start), "k_type": acc.type,
              "k_wide": (np.complex128 if acc.kind == "c" else np.float64)(0), "__name__": like.__module__,
-             "wide_vectors": wide_vectors, "scratch": scratch, "scratch_from": scratch_from}
+             "wide_vectors": wide_vectors, "scratch": scratch, "scratch_from": scratch_from,
+             "prefetch": prefetch}
     params = [f"a{i}" for i in arguments]
     first = params[arrays.index(True)]
     # Indices as unsigned integers: a signed index is tested for wrapping around (NumPy's
@@ -172,17 +176,19 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     cast = f"({value}) != 0" if name in ("any", "all") or acc.kind == "b" else f"t_{acc.name}({value})"
     loops = [f"    for i in range({first}.shape[0]):", "        ui = t_uint64(i)",
              f"        for j in range({first}.shape[1]):", "            uj = t_uint64(j)"]
+    read = [(p, trace.dtypes[i].itemsize) for p, i, a in zip(params, arguments, arrays) if a]
+    fetch = functools.partial(_ahead, read, "{}" if one_row else "(ui, {})")
     if one_row:
         assert blocked and sums_rows_as_numpy(reduction), "a one-row body is a host sum's"
-        lines = _row_as_numpy(cast, first)
+        lines = _row_as_numpy(cast, first, fetch)
     elif columns:
         lines = _columns(name, acc, cast, first)
     elif blocked and name == "reduce":
-        lines = _pairwise(acc, cast, first, loops)
+        lines = _pairwise(acc, cast, first, loops, fetch)
     elif blocked and name in ("min", "max"):
-        lines = _extreme_in_lanes(name, cast, first, loops)
+        lines = _extreme_in_lanes(name, cast, first, loops, fetch)
     elif name in ("sum", "mean") and acc.kind in "fc":
-        lines = _compensated(acc, cast, first, loops, blocked)
+        lines = _compensated(acc, cast, first, loops, blocked, fetch)
     else:
         lines = ["    s = k_init", *loops, f"            v = {cast}",
                  f"            s = {_COMBINE[name].format(acc=acc.name, s='s')}", "    out[0] = s"]
@@ -228,18 +234,33 @@ def _columns(name: str, acc: np.dtype, cast: str, first: str) -> list[str]:
             "    for j in range(k):", "        out[t_uint64(j)] = run[t_uint64(j)]"]
 
 
-def _blocks(cast: str, first: str, loops: list[str]) -> list[str]:
+def _ahead(read: list[tuple[str, int]], index: str, start: str, end: str, count: int,
+           indent: int) -> list[str]:
+    """The statements that prefetch the ``count`` values :data:`.reduction.AHEAD` past
+    ``start`` of each array of ``read`` (its name and item size; ``index`` formats the index
+    of the core, a row's value or ``(ui, value)``), where that is before ``end``, a cache
+    line at a time, at ``indent``."""
+    lines = [f"if {start} + {AHEAD} < {end}:"]
+    for name, itemsize in read:
+        lines += [f"    for k in range(0, {count}, {max(1, 64 // itemsize)}):",
+                  f"        prefetch({name}, {index.format(f't_uint64({start} + {AHEAD} + k)')})"]
+    return [" " * indent + line for line in lines]
+
+
+def _blocks(cast: str, first: str, loops: list[str], fetch: Callable[..., list[str]]) -> list[str]:
     """The statements that fill ``buf`` with each block of :data:`BLOCK` values of a row of
-    the core, the last one padded with ``k_init``; the block's own statements follow, at
-    the indentation of the fill loop."""
+    the core, the last one padded with ``k_init`` (its arrays fetched ahead by ``fetch``, see
+    :func:`_ahead`); the block's own statements follow, at the indentation of the fill loop."""
     return [f"    buf = scratch({BLOCK}, k_type)", f"    n = {first}.shape[1]", *loops[:2],
-            f"        for j0 in range(0, n, {BLOCK}):", f"            m = min({BLOCK}, n - j0)",
+            f"        for j0 in range(0, n, {BLOCK}):", *fetch("j0", "n", BLOCK, 12),
+            f"            m = min({BLOCK}, n - j0)",
             "            for k in range(m):", "                uj = t_uint64(j0 + k)",
             f"                buf[t_uint64(k)] = {cast}",
             f"            for k in range(m, {BLOCK}):", "                buf[t_uint64(k)] = k_init"]
 
 
-def _pairwise(acc: np.dtype, cast: str, first: str, loops: list[str]) -> list[str]:
+def _pairwise(acc: np.dtype, cast: str, first: str, loops: list[str],
+              fetch: Callable[..., list[str]]) -> list[str]:
     """A host reduction by a combining kernel, in NumPy's pairwise order: each block (see
     :func:`_blocks`) combined in halves (a loop over contiguous values, which vectorizes
     where the kernel does), and the blocks' values in a binary cascade: every value goes
@@ -249,7 +270,7 @@ def _pairwise(acc: np.dtype, cast: str, first: str, loops: list[str]) -> list[st
               "                for k in range(half):", "                    uk = t_uint64(k)",
               "                    v = buf[uk + half]",
               "                    buf[uk] = " + step.format(a="buf[uk]"), "                half >>= 1"]
-    return ["    stack = scratch(64, k_type)", "    blocks = 0", *_blocks(cast, first, loops),
+    return ["    stack = scratch(64, k_type)", "    blocks = 0", *_blocks(cast, first, loops, fetch),
             *halves, "            v = buf[0]", "            level = 0", "            count = blocks",
             "            while count & 1:", "                v = " + step.format(a="stack[level]"),
             "                level += 1", "                count >>= 1",
@@ -259,7 +280,8 @@ def _pairwise(acc: np.dtype, cast: str, first: str, loops: list[str]) -> list[st
             "        level += 1", "        blocks >>= 1", "    out[0] = s"]
 
 
-def _in_lanes(cast: str, first: str, loops: list[str], update: str) -> list[str]:
+def _in_lanes(cast: str, first: str, loops: list[str], update: str,
+              fetch: Callable[..., list[str]]) -> list[str]:
     """The statements that take each row of the core as rows of :data:`.reduction.LANES`
     values, value ``j`` of each into lane ``j`` by ``update`` (a statement of ``lane`` and the
     value ``v``), the last, partial row into the first lanes: a loop over contiguous lanes
@@ -267,21 +289,23 @@ def _in_lanes(cast: str, first: str, loops: list[str], update: str) -> list[str]
     values, a copy and the lanes' loads and stores per block took as long again)."""
     step = [f"v = {cast}", update]
     return [f"    n = {first}.shape[1]", f"    whole = n - n % {LANES}", *loops[:2],
-            f"        for j0 in range(0, whole, {LANES}):", f"            for j in range({LANES}):",
+            f"        for j0 in range(0, whole, {LANES}):", *fetch("j0", "n", LANES, 12),
+            f"            for j in range({LANES}):",
             "                uj = t_uint64(j0 + j)", "                lane = t_uint64(j)",
             *(f"                {line}" for line in step),
             "        for j in range(whole, n):", "            uj = t_uint64(j)",
             "            lane = t_uint64(j - whole)", *(f"            {line}" for line in step)]
 
 
-def _extreme_in_lanes(name: str, cast: str, first: str, loops: list[str]) -> list[str]:
+def _extreme_in_lanes(name: str, cast: str, first: str, loops: list[str],
+                      fetch: Callable[..., list[str]]) -> list[str]:
     """A host ``min`` or ``max``: each lane (see :func:`_in_lanes`) keeps its own extreme,
     then the lanes' extremes are combined. NaN propagates as in NumPy's
     (``minimum``/``maximum``)."""
     step = "minimum" if name == "min" else "maximum"
     return [f"    run = scratch({LANES}, k_type)", f"    for j in range({LANES}):",
             "        run[t_uint64(j)] = k_init",
-            *_in_lanes(cast, first, loops, f"run[lane] = {step}(run[lane], v)"),
+            *_in_lanes(cast, first, loops, f"run[lane] = {step}(run[lane], v)", fetch),
             *_folded(f"run[lane] = {step}(run[lane], run[other])"),
             "    s = k_init", "    for j in range(used):", f"        s = {step}(s, run[t_uint64(j)])",
             "    out[0] = s"]
@@ -299,19 +323,19 @@ def _folded(*update: str) -> list[str]:
             *(f"                {line}" for line in update), "            used = half", "        half //= 2"]
 
 
-def _sum_in_lanes(cast: str, first: str, loops: list[str]) -> list[str]:
+def _sum_in_lanes(cast: str, first: str, loops: list[str], fetch: Callable[..., list[str]]) -> list[str]:
     """A host float64 (complex128) sum's statements: the values added into
     :data:`.reduction.LANES` running compensated sums (see :func:`_in_lanes` and
     :func:`.reduction.lane_add`), folded (:func:`_folded`) and added up at the end."""
     return [f"    lane_s = scratch({LANES}, k_type)", f"    lane_e = scratch({LANES}, k_type)",
             f"    for j in range({LANES}):", "        lane_s[t_uint64(j)] = lane_e[t_uint64(j)] = k_init",
-            *_in_lanes(cast, first, loops, "lane_add(lane_s, lane_e, lane, v, k_init)"),
+            *_in_lanes(cast, first, loops, "lane_add(lane_s, lane_e, lane, v, k_init)", fetch),
             *_folded("lane_add(lane_s, lane_e, lane, lane_s[other], k_init)",  # (its error kept too)
                      "lane_e[lane] += lane_e[other]"),
             "    out[0] = lanes_total(lane_s, lane_e, k_init, used)"]
 
 
-def _row_as_numpy(cast: str, first: str) -> list[str]:
+def _row_as_numpy(cast: str, first: str, fetch: Callable[..., list[str]]) -> list[str]:
     """A host floating sum's statements for a core of one row, ``(n)``, summed as NumPy sums
     it, in its pairwise order (see :func:`.reduction.pairwise_next`): NumPy's bits, where NumPy
     reduces the row in one inner loop (a C-ordered array's rows, strided or not, and a 1-D
@@ -329,7 +353,7 @@ def _row_as_numpy(cast: str, first: str) -> list[str]:
             f"    sums = scratch({PAIRWISE_SUMS}, k_type)",
             f"    count = {first}.shape[0]", "    done = 0", "    at = 0", "    held = 0",
             "    m = pairwise_begin(tree, sums, count)", "    while m:",
-            "        if held < m:",
+            "        if held < m:", *fetch("done", "count", BLOCK, 12),
             f"            if at + held + {BLOCK} > {4 * BLOCK}:",
             "                for k in range(held):",
             "                    row[t_uint64(k)] = row[t_uint64(at + k)]",
@@ -352,7 +376,8 @@ def _row_as_numpy(cast: str, first: str) -> list[str]:
             "    out[0] = pairwise_total(tree, sums, k_init)"]
 
 
-def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool) -> list[str]:
+def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked: bool,
+                 fetch: Callable[..., list[str]]) -> list[str]:
     """A floating sum's statements: each value (or, ``blocked``, each block's sum, see
     :func:`.reduction.wide_block_sum`) added with Neumaier's compensation, real and imaginary
     parts apart; float64 (complex128) values on the host go :func:`_sum_in_lanes` instead.
@@ -363,11 +388,11 @@ def _compensated(acc: np.dtype, cast: str, first: str, loops: list[str], blocked
     part = np.dtype(acc.char.lower()) if acc.kind == "c" else acc
     wide = np.dtype(np.float64) if blocked else part  # (a GPU thread sums in the dtype itself)
     if blocked and part.itemsize == wide.itemsize:
-        return _sum_in_lanes(cast, first, loops)
+        return _sum_in_lanes(cast, first, loops, fetch)
     parts = ("r", "i") if acc.kind == "c" else ("r",)
     lines = [f"    s{k} = c{k} = t_{wide.name}(0)" for k in parts]
     if blocked:  # float32 (complex64) values, summed in float64 (complex128)
-        lines += [*_blocks(cast, first, loops), "            v = wide_block_sum(buf, m, k_wide)"]
+        lines += [*_blocks(cast, first, loops, fetch), "            v = wide_block_sum(buf, m, k_wide)"]
     else:
         lines += [*loops, f"            v = {cast}"]
     for k in parts:

@@ -707,6 +707,8 @@ def _core_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: lis
 
 def _row_view(value: Any, shape: tuple[int, ...], kept: list[int], reduced: list[int]) -> Any:
     """:func:`_core_view` of a reduction whose core is one row: the row (a core ``(n)``)."""
+    if not kept and len(reduced) == 1:  # (the commonest, a 1-D array reduced: itself)
+        return _broadcast(value, shape)
     return _core_view(value, shape, kept, reduced)[..., 0, :]
 
 
@@ -926,6 +928,13 @@ BLOCK = 128
 #: The values a host reduction computes in one pass of its fill loop (``emit._row_as_numpy``): a
 #: multiple of the vector loops' step (512-bit vectors of float32, four at a time).
 STEP = 64
+
+
+#: How far ahead (in values of a row) a host reduction's fill loops prefetch the arrays they
+#: read: without it, a fused log-likelihood of 10^7 float32 values (40 MB, past the caches)
+#: took 1.40 ns a value on the 2-core machine against 0.74 at 10^6; with it, 0.74 at both
+#: (512 to 8192 values ahead measured alike). The elementwise loops keep up without it.
+AHEAD = 1024
 
 
 #: Running values of a host reduction kernel's float64 (complex128) sum, ``min`` and ``max``:

@@ -306,6 +306,31 @@ def scratch_from(typingctx: Any, array: Any, start: Any) -> Any:
 
 
 @intrinsic
+def prefetch(typingctx: Any, array: Any, index: Any) -> Any:
+    """Ask the CPU to bring ``array[index]`` into its caches (``index`` an integer, or a tuple
+    of one per dimension): LLVM's ``llvm.prefetch``, a hint that never faults, also past the
+    array's end (the index is not checked, nor wrapped around)."""
+    if not isinstance(array, types.Array):
+        return None
+    kinds = (index,) if array.ndim == 1 else tuple(index) if isinstance(index, types.BaseTuple) else ()
+    if len(kinds) != array.ndim or not all(isinstance(k, types.Integer) for k in kinds):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        at = [args[1]] if array.ndim == 1 else cgutils.unpack_tuple(builder, args[1], array.ndim)
+        at = [context.cast(builder, i, kind, types.intp) for i, kind in zip(at, kinds)]
+        values = context.make_array(array)(context, builder, args[0])
+        item = cgutils.get_item_pointer(context, builder, array, values, at, wraparound=False)
+        byte, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        kind = ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32])
+        hint = cgutils.get_or_insert_function(builder.module, kind, "llvm.prefetch.p0")
+        builder.call(hint, [builder.bitcast(item, byte), i32(0), i32(3), i32(1)])  # (read, keep, data)
+        return context.get_dummy_value()
+
+    return types.none(array, index), codegen
+
+
+@intrinsic
 def default_vectors(typingctx: Any) -> Any:
     """Leave the vector width to LLVM's tuning (see :func:`wide_vectors`)."""
     return types.none(), lambda context, builder, sig, args: context.get_dummy_value()
