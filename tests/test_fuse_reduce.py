@@ -407,6 +407,66 @@ def test_a_long_reduction_in_pieces_is_exact_and_the_same_on_every_target():
         np.testing.assert_allclose(result, want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_row_summed_on_the_cores_has_numpys_bits(monkeypatch, dtype):
+    """From SHARED_FROM values to SPLIT a row reduced to one value is summed on the cores under
+    ``parallel`` and ``auto``: parts of NumPy's pairwise tree a loop element each, their sums
+    added as NumPy adds them. The bits are NumPy's, as on one core, whatever the number of
+    threads (values of every magnitude, so that the order shows), for contiguous rows and
+    strided ones."""
+    import numba
+
+    from gpufuncs.fuse import reduction
+
+    cuts = []
+    subtrees = reduction.numpy_subtrees
+
+    def recorded(lo, n, depth, parts):
+        cuts.append(depth)
+        return subtrees(lo, n, depth, parts)
+
+    monkeypatch.setattr(reduction, "numpy_subtrees", recorded)
+    rng = np.random.default_rng(12)
+    total = gf.fuse(lambda a: a.sum())
+    for threads in (2, 8, 64):
+        monkeypatch.setattr(numba, "get_num_threads", lambda threads=threads: threads)
+        for found in total._compiled.values():
+            found.reductions[0]._plans.clear()  # (a call's plan keeps its parts)
+        for n in (reduction.SHARED_FROM, reduction.SHARED_FROM + 13, 100_003, reduction.SPLIT - 1):
+            x = (rng.standard_normal(2 * n) * 10.0 ** rng.uniform(-6, 6, 2 * n)).astype(dtype)
+            for view in (x[:n], x[1:n + 1], x[::2]):
+                expected = np.sum(view)
+                for target in ("cpu", "parallel", "auto"):
+                    assert total(view, target=target).tobytes() == expected.tobytes(), (threads, n, target)
+    # (2 threads: the row cut one level down; 8 or more: 3, parts of SUBTREE values or more)
+    assert sorted(set(cuts)) == [0, 1, 2, 3]
+
+
+def test_numpys_subtrees_cover_the_row_in_order_as_numpy_splits_it():
+    """The parts are the row's values in order, each of NumPy's halves (``n // 2`` less its
+    remainder modulo 8) down to the depth asked, or a block of 128 or fewer, never cut."""
+    from gpufuncs.fuse.reduction import BLOCK, numpy_subtrees
+
+    def length(tree, parts):
+        return parts[tree][1] if isinstance(tree, int) else sum(length(t, parts) for t in tree)
+
+    def check(tree, lo, n, depth, parts):
+        if depth == 0 or n <= BLOCK:
+            assert parts[tree] == (lo, n)
+            return
+        half = n // 2 - n // 2 % 8
+        assert length(tree[0], parts) == half and length(tree[1], parts) == n - half
+        check(tree[0], lo, half, depth - 1, parts)
+        check(tree[1], lo + half, n - half, depth - 1, parts)
+
+    for n, depth in [(1000, 2), (100_003, 3), (300, 4), (129, 5), (128, 3)]:
+        parts: list = []
+        tree = numpy_subtrees(0, n, depth, parts)
+        assert [lo for lo, _ in parts] == list(np.cumsum([0] + [c for _, c in parts[:-1]]))
+        assert sum(c for _, c in parts) == n
+        check(tree, 0, n, depth, parts)
+
+
 _tripled_sum = gf.fuse(lambda a: (a * 3).sum())
 _row_stats = gf.fuse(lambda a: (a.sum(axis=1), a.max(axis=1), np.min(a, axis=1)))
 
@@ -455,10 +515,12 @@ def test_rows_of_every_length_fold_their_lanes_exactly(n):
 def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypatch):
     """``auto`` spreads the pieces of a long reduction over the cores, as ``parallel`` does
     (it would otherwise measure the call by its 64 loop elements and take ``cpu``); a reduction
-    to one value short of the pieces is one loop element, which ``parallel`` runs on the serial
-    loop (its threads would have nothing to share); a reduction of rows keeps the threaded loop."""
+    to one value short of SHARED_FROM values is one loop element, which ``parallel`` runs on
+    the serial loop (its threads would have nothing to share); one from there to the pieces
+    is parts of NumPy's tree on the cores (auto as parallel); a reduction of rows keeps the
+    threaded loop."""
     from gpufuncs.dispatch.kernel import Kernel
-    from gpufuncs.fuse.reduction import SPLIT
+    from gpufuncs.fuse.reduction import SHARED_FROM, SPLIT
     from gpufuncs.targets.cpu import CpuKernel
 
     targets: list[str] = []
@@ -482,9 +544,15 @@ def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypa
     monkeypatch.setattr(CpuKernel, "compile_loop", compiled)
     f = gf.fuse(lambda a: (a * a).sum())
     rows = gf.fuse(lambda a: (a * a).sum(axis=1))
-    long, short = np.linspace(-1, 1, SPLIT + 5), np.linspace(-1, 1, SPLIT - 5)
+    long, short = np.linspace(-1, 1, SPLIT + 5), np.linspace(-1, 1, SHARED_FROM - 5)
     f(short, target="parallel")  # (the first call: its loop is compiled now)
     assert targets == ["parallel"] and loops == ["body"]
+    shared = np.linspace(-1, 1, SHARED_FROM + 5)  # (on the cores: parts of NumPy's tree)
+    for target in ("auto", "parallel"):
+        targets.clear()
+        loops.clear()
+        assert f(shared, target=target) == np.sum(shared * shared)
+        assert targets == ["parallel"] and all(name.startswith("parallel") for name in loops), loops
     expected = {"auto": ["parallel", "parallel"], "cpu": ["cpu", "cpu"], "parallel": ["parallel", "parallel"]}
     for target, seen in expected.items():  # (the pieces, then the rest of 5 values)
         targets.clear()

@@ -155,7 +155,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     ``columns``: the body of ``(m,k)->(k)`` instead (see :func:`_columns`). ``one_row``: the
     host body of a sum whose core is one row, ``(n)`` (only where
     :func:`.reduction.sums_rows_as_numpy`), summed as NumPy sums it (see
-    :func:`_row_as_numpy`); the body of ``(m, n)`` cores, and of the pieces of one reduction,
+    :func:`_row_as_numpy`), its parameters followed by ``lo`` and ``length``: the part of the
+    row it sums, ``[lo, lo + length)``; the body of ``(m, n)`` cores, and of the pieces of one reduction,
     keeps compensated sums, more accurate than NumPy's. (Two kernels, not one body with a
     branch on ``m``: a call compiles only the one its cores need, and each copy of the
     values' code is a part of a fused sum's first call.)"""
@@ -180,7 +181,7 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
     fetch = functools.partial(_ahead, read, "{}" if one_row else "(ui, {})")
     if one_row:
         assert blocked and sums_rows_as_numpy(reduction), "a one-row body is a host sum's"
-        lines = _row_as_numpy(cast, first, fetch)
+        lines = _row_as_numpy(cast, fetch)
     elif columns:
         lines = _columns(name, acc, cast, first)
     elif blocked and name == "reduce":
@@ -194,7 +195,8 @@ def reduction_function(trace: Trace, like: types.FunctionType, arguments: tuple[
                  f"            s = {_COMBINE[name].format(acc=acc.name, s='s')}", "    out[0] = s"]
     if blocked:  # (the loops are this function's own: the flat loops' vector width, see wide_vectors)
         lines.insert(0, "    wide_vectors()")
-    lines.insert(0, f"def reduce_{name}({', '.join(params)}, out):")
+    extra = ["lo", "length"] if one_row else []  # (the part of the row to sum: see _row_as_numpy)
+    lines.insert(0, f"def reduce_{name}({', '.join([*params, *extra])}, out):")
     exec(compile("\n".join(lines), f"<gpufuncs fused {like.__qualname__}, {name}>", "exec"), scope)
     body = scope[f"reduce_{name}"]
     body.__qualname__, body.__module__ = f"{like.__qualname__}.{name}", like.__module__
@@ -335,11 +337,13 @@ def _sum_in_lanes(cast: str, first: str, loops: list[str], fetch: Callable[..., 
             "    out[0] = lanes_total(lane_s, lane_e, k_init, used)"]
 
 
-def _row_as_numpy(cast: str, first: str, fetch: Callable[..., list[str]]) -> list[str]:
-    """A host floating sum's statements for a core of one row, ``(n)``, summed as NumPy sums
-    it, in its pairwise order (see :func:`.reduction.pairwise_next`): NumPy's bits, where NumPy
-    reduces the row in one inner loop (a C-ordered array's rows, strided or not, and a 1-D
-    array; along another order, rows of a Fortran array, it is at least as accurate). The
+def _row_as_numpy(cast: str, fetch: Callable[..., list[str]]) -> list[str]:
+    """A host floating sum's statements for a core of one row, ``(n)``, its values ``lo`` to
+    ``lo + length`` (parameters) summed as NumPy sums them, in its pairwise order (see
+    :func:`.reduction.pairwise_next`): NumPy's bits, where NumPy reduces the row in one inner
+    loop (a C-ordered array's rows, strided or not, and a 1-D array; along another order, rows
+    of a Fortran array, it is at least as accurate; a part of NumPy's tree, see
+    :func:`.reduction.numpy_subtrees`, is summed as NumPy sums that part). The
     helpers sum the tree's blocks (:func:`.reduction.numpy_block_sum`, its eight running sums
     one vector) from a buffer that the values fill :data:`.reduction.BLOCK` at a time, each
     computed once, whatever the blocks' lengths (120 values, or 97): a loop of a block's own
@@ -351,14 +355,14 @@ def _row_as_numpy(cast: str, first: str, fetch: Callable[..., list[str]]) -> lis
     (the measurements are in the commits that made this)."""
     return [f"    row = scratch({4 * BLOCK}, k_type)", f"    tree = scratch({PAIRWISE_TREE}, t_int64)",
             f"    sums = scratch({PAIRWISE_SUMS}, k_type)",
-            f"    count = {first}.shape[0]", "    done = 0", "    at = 0", "    held = 0",
-            "    m = pairwise_begin(tree, sums, count)", "    while m:",
-            "        if held < m:", *fetch("done", "count", BLOCK, 12),
+            "    done = lo", "    end = lo + length", "    at = 0", "    held = 0",
+            "    m = pairwise_begin(tree, sums, length)", "    while m:",
+            "        if held < m:", *fetch("done", "end", BLOCK, 12),
             f"            if at + held + {BLOCK} > {4 * BLOCK}:",
             "                for k in range(held):",
             "                    row[t_uint64(k)] = row[t_uint64(at + k)]",
             "                at = 0",
-            f"            step = min({BLOCK}, count - done)",
+            f"            step = min({BLOCK}, end - done)",
             f"            if step > {STEP} and step % {STEP} >= {STEP // 4}:",
             f"                for k in range({STEP}):",
             f"                    uj = t_uint64(done + step - {STEP} + k)",
