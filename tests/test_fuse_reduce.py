@@ -548,10 +548,10 @@ def test_the_pieces_run_on_the_cores_under_auto_and_one_row_runs_on_one(monkeypa
     f(short, target="parallel")  # (the first call: its loop is compiled now)
     assert targets == ["parallel"] and loops == ["body"]
     shared = np.linspace(-1, 1, SHARED_FROM + 5)  # (on the cores: parts of NumPy's tree)
-    for target in ("auto", "parallel"):
+    for keywords in ({}, {"target": "auto"}, {"target": "parallel"}):  # (no target= is auto)
         targets.clear()
         loops.clear()
-        assert f(shared, target=target) == np.sum(shared * shared)
+        assert f(shared, **keywords) == np.sum(shared * shared)
         assert targets == ["parallel"] and all(name.startswith("parallel") for name in loops), loops
     expected = {"auto": ["parallel", "parallel"], "cpu": ["cpu", "cpu"], "parallel": ["parallel", "parallel"]}
     for target, seen in expected.items():  # (the pieces, then the rest of 5 values)

@@ -392,7 +392,7 @@ class ReducingPart:
         core = _row_view if one_row else _core_view
         # (a kernel of one-row cores sums the whole row: its values 0 to length)
         whole_row = (_LO, np.int64(cores[arrays.index(True)].shape[-1])) if one_row else ()
-        if one_row and not kept and options.get("target") in ("parallel", "auto"):
+        if one_row and not kept and options.get("target", "auto") in ("parallel", "auto"):
             def rows(values: list[Any]) -> list[Any]:
                 return [_row_view(v, shape, kept, reduced) if a else _scalar(v)
                         for v, a in zip(values, arrays)]
