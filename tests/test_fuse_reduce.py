@@ -442,6 +442,36 @@ def test_a_row_summed_on_the_cores_has_numpys_bits(monkeypatch, dtype):
     assert sorted(set(cuts)) == [0, 1, 2, 3]
 
 
+_ROW_SUM = gf.fuse(lambda a, w: (a * w).sum())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(data=st.data())
+def test_any_row_on_the_cores_has_the_bits_of_one_core_and_numpys(dtype, data):
+    """Rows of any length from SHARED_FROM to SPLIT, at any offset and step into a buffer,
+    summed on the cores in parts of NumPy's tree: the bits of the one-core call and of NumPy's
+    sum (values of every magnitude and sign, so that any other order shows), cut for 8
+    threads whatever the machine has (two parts' sums add the same in any order)."""
+    from unittest import mock
+
+    import numba
+
+    from gpufuncs.fuse.reduction import SHARED_FROM, SPLIT
+
+    n = data.draw(st.integers(SHARED_FROM, SPLIT - 1), label="n")
+    offset, step = data.draw(st.integers(0, 7), label="offset"), data.draw(st.integers(1, 3), label="step")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    size = offset + n * step
+    store = (rng.standard_normal(size) * 10.0 ** rng.uniform(-8, 8, size)).astype(dtype)
+    row = store[offset::step][:n]
+    w = dtype(data.draw(st.sampled_from([1.0, -0.5, 3.0]), label="w"))
+    expected = np.sum(row * w)
+    one_core = _ROW_SUM(row, w, target="cpu")
+    assert one_core.tobytes() == expected.tobytes()
+    with mock.patch.object(numba, "get_num_threads", return_value=8):
+        assert _ROW_SUM(row, w, target="parallel").tobytes() == expected.tobytes()
+
+
 def test_numpys_subtrees_cover_the_row_in_order_as_numpy_splits_it():
     """The parts are the row's values in order, each of NumPy's halves (``n // 2`` less its
     remainder modulo 8) down to the depth asked, or a block of 128 or fewer, never cut."""
