@@ -106,7 +106,8 @@ RATIO_TABLES = (
      "np.log(gaussian(x, mu, s)).sum() on float32, target cpu, in fresh processes "
      "with an empty Numba disk cache (its compilation, s), beside Numba compiling the same body "
      "written by hand (as @vectorize; the sum as an @njit loop adding one value after another, "
-     "where the fused sum keeps NumPy's pairwise order)",
+     "where the fused sum keeps NumPy's pairwise order), and in a later process that loads what "
+     "the first one cached",
      "fused/by hand", "Numba compiling the same body by hand, called once"),
     ("cpu_fresh", "A fresh process, 2-core CI machine: import + the first gaussian call at 10^6 float64 with "
      "a warm disk cache (s), and the memory one user kernel's definition and first call add, after a "

@@ -447,7 +447,13 @@ class KernelSpec:
     def source_key(self) -> str | None:
         """What compiled code of this kernel depends on, for disk caches: a digest of the module
         that defines the scalar function (its helpers and constants included) and its name;
-        ``None`` for a function with no source file (a REPL or notebook cell)."""
+        for a function gpufuncs generated (a fused function's: its text in ``source``, compiled
+        with the Numba options in ``numba_options``), of that text and those options; ``None``
+        for a function with no source file (a REPL or notebook cell)."""
+        generated = getattr(self.pyfunc, "source", None)
+        if isinstance(generated, str):
+            options = repr(sorted(getattr(self.pyfunc, "numba_options", {}).items()))
+            return hashlib.sha256(f"{generated}\0{options}\0{self.pyfunc.__qualname__}".encode()).hexdigest()
         try:
             path = inspect.getsourcefile(self.pyfunc)
             if path is None:

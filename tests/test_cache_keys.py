@@ -131,10 +131,10 @@ def _write_modules(where: Path, scale: int) -> None:
     """))
 
 
-def _run(where: Path, cache_dir: Path, targets: tuple[str, ...]) -> dict[str, list[float]]:
+def _run(where: Path, cache_dir: Path, targets: tuple[str, ...], script: str = RUN) -> dict[str, list[float]]:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join([str(where), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", RUN, *targets], cwd=where, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script, *targets], cwd=where, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -161,6 +161,101 @@ def test_a_changed_module_constant_is_seen_by_a_new_process(tmp_path):
 @pytest.mark.cuda
 def test_a_changed_module_constant_is_seen_by_a_new_process_on_cuda(tmp_path):
     _changed_constants_are_seen(tmp_path, ("cuda",))
+
+
+FUSED = '''
+import numpy as np
+import gpufuncs as gf
+import callee
+import cfg
+
+
+@gf.fuse
+def scaled_by_module(x):
+    return x * cfg.SCALE
+
+
+@gf.fuse
+def scaled_by_kernel(x):
+    return callee.scaled(x) + 1.0
+
+
+@gf.fuse
+def total_by_module(x):
+    return (x * cfg.SCALE).sum(keepdims=True)
+
+
+@gf.fuse
+def total_by_kernel(x):
+    return np.max(callee.scaled(x), keepdims=True)
+
+
+NAMES = ["scaled_by_module", "scaled_by_kernel", "total_by_module", "total_by_kernel"]
+'''
+
+RUN_FUSED = '''
+import json, sys
+import numpy as np
+import fused
+x = np.array([1.0, 2.0])
+print(json.dumps({f"{name}/{target}": np.asarray(getattr(fused, name)(x, target=target)).tolist()
+                  for name in fused.NAMES for target in sys.argv[1:]}))
+'''
+
+
+def _fused_changes_are_seen(tmp_path: Path, targets: tuple[str, ...]) -> None:
+    """Fused functions are cached on disk as kernels are, keyed on their generated code and
+    every value it reads: a constant traced from a module, and a kernel they call, changed
+    between two processes, are seen by the second; a third, with nothing changed, loads every
+    entry and writes none."""
+    modules, cache_dir = tmp_path / "modules", tmp_path / "numba_cache"
+    modules.mkdir()
+    (modules / "fused.py").write_text(FUSED)
+    _write_modules(modules, 2)
+
+    def expected(scale: int) -> dict[str, list[float]]:
+        values = {"scaled_by_module": [scale, 2 * scale], "scaled_by_kernel": [scale + 1, 2 * scale + 1],
+                  "total_by_module": [3 * scale], "total_by_kernel": [2 * scale]}
+        return {f"{name}/{t}": [float(v) for v in got] for name, got in values.items() for t in targets}
+
+    assert _run(modules, cache_dir, targets, RUN_FUSED) == expected(2)
+    assert list(cache_dir.rglob("*.nbi")), "nothing was cached: the test would prove nothing"
+    _write_modules(modules, 3)
+    assert _run(modules, cache_dir, targets, RUN_FUSED) == expected(3)
+    written = {path: path.stat().st_mtime_ns for path in cache_dir.rglob("*") if path.is_file()}
+    assert _run(modules, cache_dir, targets, RUN_FUSED) == expected(3)
+    assert {path: path.stat().st_mtime_ns for path in cache_dir.rglob("*") if path.is_file()} == written
+
+
+@pytest.mark.slow
+def test_fused_functions_are_cached_and_what_they_read_is_seen_by_a_new_process(tmp_path):
+    _fused_changes_are_seen(tmp_path, ("cpu", "parallel"))
+
+
+@pytest.mark.cuda
+def test_fused_functions_are_cached_and_what_they_read_is_seen_by_a_new_process_on_cuda(tmp_path):
+    _fused_changes_are_seen(tmp_path, ("cuda",))
+
+
+def test_fused_kernels_have_keys_that_tell_their_constants_apart():
+    """A fused function's kernels (elementwise, and a reduction's) are keyed as kernels are
+    (generated code has no source file: its text stands in for it), and the same code with
+    another constant, or calling another kernel, has another key."""
+    from gpufuncs.targets.cpu import kernel_key
+
+    x = np.linspace(0, 1, 10)
+
+    def keys(func):
+        found = func.checked((x,))
+        kernels = [p.kernel for p in found.parts] + [k for r in found.reductions for k in r._kernels.values()]
+        func(x, target="cpu")
+        kernels += [k for r in found.reductions for k in r._kernels.values()]
+        return {kernel_key(k.spec) for k in kernels}
+
+    made = [keys(gf.fuse(f)) for f in (lambda a: a * 2.0, lambda a: a * 3.0, lambda a: gf.exp(a) * 2.0,
+                                        lambda a: (a * 2.0).sum(), lambda a: (a * 3.0).sum())]
+    assert all(k and None not in k for k in made), made
+    assert len(set().union(*made)) == sum(map(len, made))  # no two alike
 
 
 def _reads_an_object(x):

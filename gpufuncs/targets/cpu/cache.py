@@ -18,6 +18,7 @@ from __future__ import annotations
 import dis
 import enum
 import hashlib
+import inspect
 import sys
 import threading
 import types
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 from numba.core.caching import FunctionCache, IndexDataCacheFile
 from numba.core.dispatcher import Dispatcher
+from numba.core.extending import _Intrinsic
 from numba.core.types import Type as NumbaType
 
 from ...errors import DiskCacheWarning
@@ -229,7 +231,8 @@ def dependency_digest(func: Callable[..., Any]) -> str | None:
     compilation (the globals it reads, and attributes read through global modules, however
     deep: ``cfg.SCALE``, ``pkg.cfg.SCALE``, an ``Enum`` member), and the same for every
     function it calls, from any module, the scalar function of every gpufuncs kernel it calls
-    included (``gf.clamp``). ``None`` when one of those values is of a kind this
+    included (``gf.clamp``, and its module's source where it has one), and the source file of
+    every ``@intrinsic`` it calls. ``None`` when one of those values is of a kind this
     cannot digest: such a kernel is not cached on disk.
 
     Parameters
@@ -334,6 +337,22 @@ def _feed_path(digest: Any, value: Any, path: list[str], seen: set[int]) -> bool
     return _feed_value(digest, value, seen)
 
 
+def _feed_defining_file(digest: Any, func: types.FunctionType) -> bool:
+    """Digest the name of ``func`` and the whole source file that defines it (an ``@intrinsic``'s
+    typing function: its code generation, in the same file, is not Python Numba compiles);
+    ``False`` where it has no file."""
+    try:
+        path = inspect.getsourcefile(func)
+        source = open(path, "rb").read() if path else None
+    except (TypeError, OSError):
+        source = None
+    if source is None:
+        return False
+    digest.update(f"{func.__module__}.{func.__qualname__}".encode())
+    digest.update(hashlib.sha256(source).digest())
+    return True
+
+
 def _is_enum_class(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, enum.Enum)
 
@@ -362,7 +381,11 @@ def _feed_value(digest: Any, value: Any, seen: set[int]) -> bool:
     elif isinstance(value, (types.FunctionType, Dispatcher)) and not _implemented(value):
         return _feed_function(digest, value, seen)
     elif kernel_spec(value) is not None:  # a kernel called from the code: its body is inlined
-        return _feed_function(digest, kernel_spec(value).pyfunc, seen)
+        spec = kernel_spec(value)
+        digest.update((spec.source_key or "").encode())  # (its module's source, where it has one)
+        return _feed_function(digest, spec.pyfunc, seen)
+    elif isinstance(value, _Intrinsic):
+        return _feed_defining_file(digest, value._defn)
     elif isinstance(value, (type, NumbaType)) or _implemented(value):
         # Classes (Numba types them by name), Numba's types, and what Numba implements.
         digest.update(repr(value).encode() if isinstance(value, NumbaType) else
