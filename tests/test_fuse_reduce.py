@@ -430,8 +430,9 @@ def test_a_row_summed_on_the_cores_has_numpys_bits(monkeypatch, dtype):
     total = gf.fuse(lambda a: a.sum())
     for threads in (2, 8, 64):
         monkeypatch.setattr(numba, "get_num_threads", lambda threads=threads: threads)
+        total._planned.clear()  # (a call's plan keeps its parts)
         for found in total._compiled.values():
-            found.reductions[0]._plans.clear()  # (a call's plan keeps its parts)
+            found.reductions[0]._plans.clear()
         for n in (reduction.SHARED_FROM, reduction.SHARED_FROM + 13, 100_003, reduction.SPLIT - 1):
             x = (rng.standard_normal(2 * n) * 10.0 ** rng.uniform(-6, 6, 2 * n)).astype(dtype)
             for view in (x[:n], x[1:n + 1], x[::2]):
@@ -768,6 +769,39 @@ def test_a_planned_host_call_reruns_only_for_arguments_like_its_own():
     assert len(part._plans) == 4  # C order, Fortran order (x.T.copy().T too), x[::2], parallel
     np.testing.assert_allclose(fused(x, np.array(2.0)), (x * 2.0).sum(axis=0), rtol=1e-14)
     np.testing.assert_array_equal(fused(np.zeros((0, 3)), 2.0), np.zeros(3))  # nothing to sum
+
+
+def test_a_fused_functions_plan_reruns_only_for_arguments_like_its_own():
+    """A fused function returning one reduction keeps its reduction's plan by the target and
+    each argument's key (class, dtype, shape, strides; a scalar's type): later calls with new
+    values run it without tracing or keying again, and every other kind of call (another
+    dtype, shape, layout, scalar type, target, a Python int that NumPy checks, ``out=``)
+    takes the full path. Every answer is NumPy's."""
+    f = gf.fuse(lambda a, w: (a * w).sum(axis=-1))
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((6, 9))
+    calls = [(x, 2.0, {}), (x + 1, -0.5, {}), (x.astype(np.float32), 2.0, {}), (x[:, ::2], 2.0, {}),
+             (x.T, 2.0, {}), (x[0], 2.0, {}), (x, np.float32(2.0), {}), (x, 3, {}),
+             (x, 2.0, {"target": "cpu"}), (x, 2.0, {"target": "parallel"}), (x.astype(np.float32), 2.0, {})]
+    for a, w, keywords in calls * 2:
+        expected = (a * w).sum(axis=-1)
+        rtol = 1e-6 if a.dtype == np.float32 else 1e-13
+        np.testing.assert_allclose(f(a, w, **keywords), expected, rtol=rtol)
+        assert f(a, w, **keywords).dtype == expected.dtype
+    kinds = {(k.get("target"), a.dtype, a.shape, a.strides, type(w)) for a, w, k in calls}
+    assert len(f._planned) == len(kinds)  # one plan for each kind of call
+    out = np.zeros(6)
+    assert f(x, 2.0, out=out) is out
+    np.testing.assert_allclose(out, (x * 2.0).sum(axis=-1), rtol=1e-13)
+    assert len(f._planned) == len(kinds)
+    # A Python int into an integer loop is checked as NumPy checks it, on every call: no plan.
+    g = gf.fuse(lambda a, w: (a * w).sum())
+    small = np.arange(3, dtype=np.int8)
+    for _ in range(2):
+        assert g(small, 3) == (small * 3).sum()
+        with pytest.raises(OverflowError):
+            g(small, 1000)
+    assert not g._planned
 
 
 @pytest.mark.parametrize("target", ["cpu", "parallel", "auto"])

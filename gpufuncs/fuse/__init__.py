@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..dispatch import Kernel
-from ..dispatch.args import describe
+from ..dispatch.args import arg_key, describe, keep, lookup
 from ..errors import FusionError
 from ..spec import KernelSpec, parse_loop
 from .emit import reduction_function, scalar_function, signature
@@ -29,6 +29,7 @@ from .trace import WEAK, Trace, trace
 
 #: Keywords of a call that go to the fused kernel (the function itself takes none of its own).
 _CALL_KEYWORDS = frozenset({"out", "target", "stream", "device", "order"})
+_TARGET = frozenset({"target"})
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class Fused:
         self._nargs = len(self._signature.parameters)
         self._compiled: dict[tuple[Any, ...], _Compiled] = {}
         self._lock = threading.Lock()
+        #: The plans of calls that return one reduction, by the target and each argument's key
+        #: (see :meth:`ReducingPart.planned`): such a call's Python was most of a small one.
+        self._planned: dict[tuple[Any, ...], Callable[[tuple[Any, ...]], Any]] = {}
 
     @property
     def kernels(self) -> dict[tuple[Any, ...], Kernel]:
@@ -81,6 +85,12 @@ class Fused:
         return {key: found.parts[0].kernel for key, found in self._compiled.items() if found.parts}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = None
+        if len(args) == self._nargs and (not kwargs or kwargs.keys() == _TARGET):
+            key = (kwargs.get("target"), *map(arg_key, args))
+            planned = lookup(self._planned, key)
+            if planned is not None:
+                return planned(args)
         if not kwargs:
             options: dict[str, Any] = {}
         elif kwargs.keys() <= _CALL_KEYWORDS:  # (the commonest: target= alone; a dict of its own)
@@ -91,7 +101,12 @@ class Fused:
             args = tuple(self._signature.bind(*args, **kwargs).arguments.values())  # TypeError as Python's
         found = self.checked(args)
         if found.reductions:
-            return _reduce(found.reductions, args, options)
+            result = _reduce(found.reductions, args, options)
+            if key is not None and len(found.reductions) == 1 and not found.int_checks:
+                planned = found.reductions[0].planned(args, options)
+                if planned is not None:
+                    keep(self._planned, key, planned)
+            return result
         if len(found.parts) == 1 and len(found.parts[0].arguments) == len(args):
             return found.parts[0].kernel(*args, **options)
         return self._call_parts(found, args, options)

@@ -360,6 +360,20 @@ class ReducingPart:
             keep(self._plans, key, plan)
         return plan(values, out)
 
+    def planned(self, args: tuple[Any, ...],
+                options: dict[str, Any]) -> Callable[[tuple[Any, ...]], Any] | None:
+        """What a call of this reduction with ``args`` (the fused function's) and ``options``
+        (``target=`` at most) kept as its plan, as a function of the fused function's
+        arguments, for later calls with arguments of the same keys; ``None`` where it kept
+        none (a GPU reduction in pieces decides on every call)."""
+        arguments = self.arguments
+        plan = lookup(self._plans, _plan_key([args[i] for i in arguments], options, _ABSENT, None, None))
+        if plan is None:
+            return None
+        if arguments == tuple(range(len(args))):
+            return lambda args: plan(list(args))
+        return lambda args: plan([args[i] for i in arguments])
+
     def _by_cores(self, values: list[Any], arrays: tuple[bool, ...], shape: tuple[int, ...],
                   kept: list[int], reduced: list[int], options: dict[str, Any], on_device: bool) -> Any:
         """The reduction by a kernel whose core is the reduced axes (see :func:`_core_view`):
