@@ -227,14 +227,10 @@ def _fused_changes_are_seen(tmp_path: Path, targets: tuple[str, ...]) -> None:
     assert {path: path.stat().st_mtime_ns for path in cache_dir.rglob("*") if path.is_file()} == written
 
 
-@pytest.mark.slow
-def test_fused_functions_are_cached_and_what_they_read_is_seen_by_a_new_process(tmp_path):
-    _fused_changes_are_seen(tmp_path, ("cpu", "parallel"))
-
-
-@pytest.mark.cuda
-def test_fused_functions_are_cached_and_what_they_read_is_seen_by_a_new_process_on_cuda(tmp_path):
-    _fused_changes_are_seen(tmp_path, ("cuda",))
+@pytest.mark.parametrize("targets", [pytest.param(("cpu", "parallel"), marks=pytest.mark.slow),
+                                     pytest.param(("cuda",), marks=pytest.mark.cuda)], ids=["host", "cuda"])
+def test_fused_functions_are_cached_and_what_they_read_is_seen_by_a_new_process(tmp_path, targets):
+    _fused_changes_are_seen(tmp_path, targets)
 
 
 def test_fused_kernels_have_keys_that_tell_their_constants_apart():
