@@ -446,9 +446,8 @@ class ReducingPart:
         share = min(numba.get_num_threads(), length // SUBTREE, PIECES) if length >= SHARED_FROM else 1
         if share < 2:
             return None
-        leaves = 1 << (share.bit_length() - 1)  # (a power of two: the tree's levels cut whole)
-        parts: list[tuple[int, int]] = []
-        tree = numpy_subtrees(0, length, leaves.bit_length() - 1, parts)
+        parts: list[tuple[int, int]] = []  # (2 ** depth of them at most: the tree's levels cut whole)
+        tree = numpy_subtrees(0, length, share.bit_length() - 1, parts)
         lo, count = (np.array(p, np.int64) for p in zip(*parts))
         zero = self.reduction.dtype.type(0)
         # (the row broadcast against the parts: passed whole to every loop element)

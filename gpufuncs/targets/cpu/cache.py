@@ -24,6 +24,7 @@ import threading
 import types
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -343,7 +344,7 @@ def _feed_defining_file(digest: Any, func: types.FunctionType) -> bool:
     ``False`` where it has no file."""
     try:
         path = inspect.getsourcefile(func)
-        source = open(path, "rb").read() if path else None
+        source = Path(path).read_bytes() if path else None
     except (TypeError, OSError):
         source = None
     if source is None:
