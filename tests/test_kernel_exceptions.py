@@ -8,6 +8,8 @@ chunks (10**6 elements: about 60 chunks) and compares what ``parallel`` raises w
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from numba.core import sigutils
@@ -171,3 +173,17 @@ def test_a_kernel_that_raises_on_a_thread_only_is_reported_by_name():
     with pytest.raises(RuntimeError, match=r"kernel 'halve_positive' raised .* at loop element 17"):
         run()
     assert _checked(halve_positive.spec, lambda *args: 5)() == 5  # the status alone
+
+
+@pytest.mark.parametrize("kernel, shape", [(halve_positive, (100,)), (scaled_rows, (25, 4))])
+def test_a_parallel_call_of_one_chunk_raises_the_kernels_exception_on_the_callers_thread(kernel, shape):
+    """A parallel call too small for two chunks runs the serial loop on the caller's thread
+    (no parallel region): the kernel's exception propagates from there as on ``cpu``, and
+    the result of a call that raises nothing is ``cpu``'s."""
+    x = np.linspace(0.0, 1.0, math.prod(shape)).reshape(shape)
+    np.testing.assert_array_equal(kernel(x, target="parallel"), kernel(x, target="cpu"))
+    for position in (0, x.size // 2, x.size - 1):
+        bad = x.copy()
+        bad.reshape(-1)[position] = -1.0
+        found = {t: _raised(kernel, bad, target=t) for t in ("cpu", "parallel")}
+        assert found["parallel"] == found["cpu"] == (KernelTrouble, f"{kernel.__name__} needs x >= 0")

@@ -7,8 +7,11 @@ runs a user's kernel on values the caller did not pass (a kernel may hang, raise
 on values its caller never has), so it learns the two halves of that formula apart:
 
 * ``a`` and ``a'`` are the machine's: the time of a call of the library's own copy kernel
-  (:data:`gpufuncs.spec.IDENTITY`) on a few elements of library-made data, on each target.
-  They are measured once per machine (about 50 ms), when a kernel first needs them.
+  (:data:`gpufuncs.spec.IDENTITY`) on a few elements of library-made data, on each target, and
+  on ``parallel`` the cost of starting Numba's threads for a loop of two chunks (a call of
+  one chunk, such as that one, runs on the caller's thread). They are measured once per
+  machine (about 50 ms, and the compilation of the two-chunk loop), when a kernel first
+  needs them.
 * ``b`` and ``b'`` are the kernel's, per loop dtype and core sizes, learned from the calls the
   caller makes: a call of :data:`ALWAYS_CPU` elements or more that ``auto`` cannot decide yet
   runs as the caller asked it to run, timed. First :data:`SAMPLES` calls on ``cpu``, which is
@@ -330,7 +333,9 @@ class AutoTarget:
 
     def _time_proxy(self, target: str, n: int = 16, repeat: int = 21) -> float:
         """The median time of a call of the library's copy kernel on ``n`` elements of
-        library-made data, on ``target``: its cost with (almost) no work."""
+        library-made data, on ``target``: its cost with (almost) no work; on ``parallel``, with
+        the cost of starting Numba's threads added (:func:`_thread_start`: a call of one chunk,
+        as this one, runs on the caller's thread)."""
         dtype = np.dtype(np.float64)
         values = np.ones(n, dtype)
         info = Arg(HOST, np.ndarray, dtype, values.shape, values.strides)
@@ -349,7 +354,7 @@ class AutoTarget:
             begin = time.perf_counter()
             run((values,), out, True, None)
             samples.append(time.perf_counter() - begin)
-        return statistics.median(samples)
+        return statistics.median(samples) + (_thread_start() if target == "parallel" else 0.0)
 
     # -- the disk -----------------------------------------------------------------------------------
     @property
@@ -475,6 +480,43 @@ def _machine_key() -> str:
                 model = line.split(":", 1)[1].strip()
                 break
     return f"{model}|cpus={os.cpu_count()}|threads={numba.get_num_threads()}|numba={numba.__version__}"
+
+
+def _chunks(out: np.ndarray) -> None:
+    for c in numba.prange(out.size):
+        out[c] = c
+
+
+#: A loop of two chunks on Numba's threads, and the same loop on the caller's: compiled when
+#: ``auto`` first measures the machine (see :func:`_thread_start`).
+_threaded_chunks = numba.njit(parallel=True, nogil=True)(_chunks)
+_serial_chunks = numba.njit(nogil=True)(_chunks)
+
+
+def _thread_start(repeat: int = 21) -> float:
+    """``a' - a``: what starting Numba's threads adds to a parallel loop, the median time of a
+    loop of two chunks on them less the same loop's on the caller's thread (the ``parallel``
+    loops run one chunk there, with no threads: the copy kernel's call on a few elements no
+    longer measures the start). Run under :data:`.layers.GUARD`, as ``parallel`` calls are."""
+    out = np.zeros(2)
+
+    def serial(inputs: Any, outs: Any, where: Any, stream: Any) -> None:
+        _serial_chunks(out)
+
+    def threaded(inputs: Any, outs: Any, where: Any, stream: Any) -> None:
+        _threaded_chunks(out)
+
+    guarded = GUARD.wrap(threaded, lambda: serial)
+    times = {}
+    for name, run in (("threads", guarded), ("serial", serial)):
+        run((), (), True, None)  # (compiled and warm)
+        samples = []
+        for _ in range(repeat):
+            begin = time.perf_counter()
+            run((), (), True, None)
+            samples.append(time.perf_counter() - begin)
+        times[name] = statistics.median(samples)
+    return max(times["threads"] - times["serial"], 0.0)
 
 
 def _disk_key(spec: KernelSpec, key: tuple[Any, ...]) -> str | None:
