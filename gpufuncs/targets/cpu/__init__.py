@@ -775,12 +775,16 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
     def scratch(lo: int = 0, hi: int = n) -> tuple[np.ndarray, ...]:  # (rows lo:hi of the loop)
         return tuple(np.empty((hi - lo, *r[1:]), d) for r, d in zip(out_rows, dtypes))
 
+    # (what each call does, listed once: a small call's time was mostly its Python)
+    reshaped = [(i, shape) for i, shape in enumerate(rows) if shape is not None]
+    allocated = list(zip(plan.out_shapes, dtypes))
+
     if not ints and not any(rows) and not whole and out_rows == list(plan.out_shapes):
         guard = overlap_guard(plan, elementwise)
 
         def execute_flat(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
             if outs is None:
-                outs = tuple(np.empty(shape, d) for shape, d in zip(plan.out_shapes, dtypes))
+                outs = tuple([np.empty(shape, d) for shape, d in allocated])
             else:
                 inputs = guard(inputs, outs)
             masks = () if where is True else (mask_before_write(where, outs),)
@@ -794,21 +798,21 @@ def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, 
 
     def execute(inputs: tuple[Any, ...], outs: Any, where: Any, stream: Any) -> tuple[Any, ...]:
         args = _loop_args(inputs, outs, ints, elementwise)
-        if outs is None:
-            outs = tuple(np.empty(shape, d) for shape, d in zip(plan.out_shapes, dtypes))
-        for i, shape in enumerate(rows):
-            if shape is not None:
-                args[i] = args[i].reshape(shape)
-        looped = list(args)
-        for i, core in whole:  # (the core repeated for every row: a stride of 0 between them)
-            given = args[i] = args[i].reshape(core)
-            looped[i] = np.ndarray((n, *core), given.dtype, given, strides=(0, *given.strides))
-        shaped = tuple(o if o.shape == r else o.reshape(r) for o, r in zip(outs, out_rows))
+        outs = tuple([np.empty(shape, d) for shape, d in allocated]) if outs is None else tuple(outs)
+        for i, shape in reshaped:
+            args[i] = args[i].reshape(shape)
+        looped = args
+        if whole:
+            looped = list(args)
+            for i, core in whole:  # (the core repeated for every row: a stride of 0 between them)
+                given = args[i] = args[i].reshape(core)
+                looped[i] = np.ndarray((n, *core), given.dtype, given, strides=(0, *given.strides))
+        shaped = tuple([o if o.shape == r else o.reshape(r) for o, r in zip(outs, out_rows)])
         masks = () if where is True else (mask_before_write(where, outs),)
         raw = run(shaped, *masks, tuple(looped))
         if raw:
             _report(spec, raw, args, cores, lambda ins: rerun(masks, ins))
-        return tuple(outs)
+        return outs
 
     return execute
 
