@@ -721,8 +721,9 @@ def _flat_ufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, p
 def _flat_gufunc(spec: KernelSpec, compiled: CpuKernel, plan: Plan, order: str, parallel: bool) -> Executor:
     loop, masked, threaded = compiled.loops(plan.loop)
     n = plan.size
-    # One loop element (a fused reduction to one value) leaves the threads nothing to share,
-    # and Numba's parallel loop wakes them all the same: the serial loop, the same bits.
+    # One loop element (a fused reduction to one value) leaves the threads nothing to share:
+    # the serial loop, the same bits, with no parallel loop to compile for it (the parallel
+    # loops would run it on the caller's thread anyway: see loops.MAX_CHUNKS).
     run = masked if plan.where is not None else threaded if parallel and n > 1 else loop
     ints = _int_scalars(plan)
     # Arrays as the loop takes them: ``(n, *core)`` (``(n,)`` without core dimensions), a

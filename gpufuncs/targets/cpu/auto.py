@@ -348,13 +348,8 @@ class AutoTarget:
             compiled = self._proxy[target] = backend.compile(IDENTITY)
         run = backend.prepare(IDENTITY, compiled, plan)
         out = (np.empty(n, dtype),)
-        run((values,), out, True, None)
-        samples = []
-        for _ in range(repeat):
-            begin = time.perf_counter()
-            run((values,), out, True, None)
-            samples.append(time.perf_counter() - begin)
-        return statistics.median(samples) + (_thread_start() if target == "parallel" else 0.0)
+        call = _median_time(lambda: run((values,), out, True, None), repeat)
+        return call + (_thread_start(repeat) if target == "parallel" else 0.0)
 
     # -- the disk -----------------------------------------------------------------------------------
     @property
@@ -507,16 +502,19 @@ def _thread_start(repeat: int = 21) -> float:
         _threaded_chunks(out)
 
     guarded = GUARD.wrap(threaded, lambda: serial)
-    times = {}
-    for name, run in (("threads", guarded), ("serial", serial)):
-        run((), (), True, None)  # (compiled and warm)
-        samples = []
-        for _ in range(repeat):
-            begin = time.perf_counter()
-            run((), (), True, None)
-            samples.append(time.perf_counter() - begin)
-        times[name] = statistics.median(samples)
-    return max(times["threads"] - times["serial"], 0.0)
+    threads = _median_time(lambda: guarded((), (), True, None), repeat)
+    return max(threads - _median_time(lambda: serial((), (), True, None), repeat), 0.0)
+
+
+def _median_time(call: Callable[[], Any], repeat: int) -> float:
+    """The median time of ``call()`` over ``repeat`` calls, after one (compiling, warming)."""
+    call()
+    samples = []
+    for _ in range(repeat):
+        begin = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - begin)
+    return statistics.median(samples)
 
 
 def _disk_key(spec: KernelSpec, key: tuple[Any, ...]) -> str | None:
